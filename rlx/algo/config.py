@@ -1,0 +1,41 @@
+from dataclasses import dataclass
+
+
+@dataclass
+class AlgoConfig:
+    """The RL objective: each field is an independent knob; conf/algo/*.yaml are named presets."""
+
+    name: str = "grpo"
+    # policy loss: ppo_clip | cispo | gspo
+    loss: str = "ppo_clip"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    eps_max: float = 5.0  # CISPO absolute cap on the (detached) importance weight
+    gspo_eps_low: float = 3e-4
+    gspo_eps_high: float = 4e-4
+    # aggregation: token | sample | prompt | constant
+    aggregation: str = "sample"
+    # advantages: group | batch | none  (normalization of reward - group mean)
+    adv_norm: str = "group"
+    adv_eps: float = 1e-4
+    # KL to the reference policy (adapters disabled), k3 estimator
+    beta: float = 0.0
+    kl_times_ratio: bool = True  # multiply k3 by the IS ratio (TRL's use_bias_correction_kl default)
+    # batch shaping
+    dynamic_sampling: bool = False  # DAPO: refill until every group has reward variance
+    max_resample_rounds: int = 3
+    zero_variance_filter: bool = False  # ScaleRL: drop zero-variance groups, no refill
+    no_positive_resampling: bool = False  # retire prompts whose pass rate >= threshold
+    pass_rate_threshold: float = 0.9
+    overlong_shaping: bool = False  # DAPO soft overlong punishment
+    overlong_max_len: int = 0  # L_max (0 => rollout.max_new_tokens)
+    overlong_cache: int = 4  # L_cache
+    mask_truncated: bool = False  # drop truncated completions from the loss
+    fp32_lm_head: bool = False  # logits in float32 for training log-probs and rollout sampling
+    # optimisation
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    mu: int = 1  # optimizer steps per rollout batch
+    micro_batch_size: int = 64  # sequences per forward/backward

@@ -1,0 +1,146 @@
+"""Dataclass schemas for every config group, registered in Hydra's ConfigStore.
+
+The primary config (`conf/config.yaml`) starts from `rlx_schema`, so every YAML file and every
+command-line override is merged into a typed node: an unknown key or a value of the wrong type
+fails at composition time, before any model is built, with OmegaConf naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from rlx.algo.config import AlgoConfig
+from rlx.extrapolation.config import ExtrapolationConfig
+from rlx.noise.config import NoiseConfig
+from rlx.quant.config import QuantConfig
+from rlx.scaling.config import ScalingConfig
+
+
+@dataclass
+class LoraConfig:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+@dataclass
+class SFTConfig:
+    """Warm start of the tiny model on the task's own training split (cached on disk)."""
+
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 20
+
+
+@dataclass
+class ModelConfig:
+    """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM)."""
+
+    source: str = "tiny"
+    path: Optional[str] = None  # hf: local directory with config, weights and tokenizer
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    # tiny model architecture (Qwen2)
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    max_position_embeddings: int = 128
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    cache_dir: str = "${oc.env:RLX_CACHE,outputs/cache}"  # relative to the launch directory
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class TaskConfig:
+    """`name` is a registered task: arith | multiply | countdown | jsonl."""
+
+    name: str = "arith"
+    seed: int = 1234  # data seed (independent from the run seed)
+    n_train: int = 2000
+    n_eval: int = 200
+    # synthetic task knobs (each task reads the ones it needs)
+    num_terms: int = 3
+    max_operand: int = 20
+    digits: int = 2
+    # reward functions (registered names) and their weights; each is logged as train/rewards/<name>
+    rewards: dict[str, float] = field(default_factory=lambda: {"correct": 1.0})
+    # jsonl: local files and field names
+    train_path: Optional[str] = None
+    eval_path: Optional[str] = None
+    question_field: str = "question"
+    answer_field: str = "answer"
+    prompt_template: str = "{question}"
+    answer_regex: Optional[str] = None  # extract the gold answer from the answer field (e.g. GSM8K '#### (.*)')
+
+
+@dataclass
+class RolloutConfig:
+    """`backend` is a registered rollout backend: hf (vllm later)."""
+
+    backend: str = "hf"
+    group_size: int = 8  # G
+    prompts_per_step: int = 16  # B
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 8
+    eval_max_new_tokens: Optional[int] = None
+    eval_k: int = 4  # mean@k samples per held-out prompt
+    eval_temperature: float = 1.0
+    batch_size: int = 512  # sequences generated at once
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 60
+    eval_every: int = 20
+    ckpt_every: int = 20
+    resume: str = "auto"  # auto | never
+    log_every: int = 1
+    progress: bool = True
+    threads: int = 0  # torch intra-op threads (0 => torch default)
+    fail_at_step: int = -1  # testing aid: raise at this step (simulates a crash of one sweep arm)
+
+
+@dataclass
+class LoggerConfig:
+    """`mode`: offline (default; no network here) | online | disabled."""
+
+    mode: str = "offline"
+    project: str = "rlx"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    name: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+    jsonl: bool = True
+
+
+@dataclass
+class RLXConfig:
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    extrapolation: ExtrapolationConfig = field(default_factory=ExtrapolationConfig)
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    paper: Any = None  # free-form notes carried by paper-scale experiment files
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="rlx_schema", node=RLXConfig)
+
+
+register_configs()

@@ -1,0 +1,79 @@
+"""Policy construction: base model (tiny SFT-cached or a local HF path) -> [quantized] -> LoRA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from rlx.models.forward import causal_lm, token_logprobs
+from rlx.models.tiny import load_or_build_tiny
+from rlx.models.tokenizer import build_char_tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_hf(model_cfg, log=print):
+    """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not model_cfg.path:
+        raise ValueError("model.source=hf needs model.path (a local directory with a causal LM and its tokenizer)")
+    path = Path(model_cfg.path).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model.path: no config.json in {path}")
+    if model_cfg.dtype not in DTYPES:
+        raise ValueError(f"model.dtype: '{model_cfg.dtype}' is not one of {sorted(DTYPES)}")
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True)
+    log(f"[model] loaded {type(model).__name__} from {path}")
+    return model.eval(), tok
+
+
+def load_base(cfg, task, log=print):
+    """(model, tokenizer) of the base policy before quantization and LoRA."""
+    if cfg.model.source == "tiny":
+        model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, cfg.seed, log)
+        return model, tok
+    if cfg.model.source == "hf":
+        return load_hf(cfg.model, log)
+    raise ValueError(f"model.source: unknown source '{cfg.model.source}'; expected tiny or hf")
+
+
+def attach_lora(model, lora_cfg, quantized: bool = False):
+    """Freeze the base and add PEFT LoRA adapters (saved in PEFT format)."""
+    from peft import LoraConfig, get_peft_model
+
+    lcfg = LoraConfig(
+        r=lora_cfg.r,
+        lora_alpha=lora_cfg.alpha,
+        lora_dropout=lora_cfg.dropout,
+        target_modules=list(lora_cfg.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    if quantized:  # teach PEFT to wrap the packed quantized linear layers
+        from rlx import quant
+
+        lcfg = quant.prepare_lora_config(lcfg)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return get_peft_model(model, lcfg)
+
+
+def build_policy(cfg, task, log=print):
+    """The one policy model: frozen [quantized] base + trainable LoRA. The reference policy is the
+    same model with adapters disabled."""
+    model, tok = load_base(cfg, task, log)
+    quantized = cfg.quant.format != "none"
+    if quantized:
+        from rlx import quant
+
+        model = quant.quantize_model(model, cfg.quant)
+    model = attach_lora(model, cfg.model.lora, quantized)
+    return model, tok
+
+
+__all__ = ["build_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]

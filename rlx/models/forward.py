@@ -1,0 +1,49 @@
+"""Policy forward passes shared by rollout and training: hidden states -> (optionally fp32) LM head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def causal_lm(model):
+    """The underlying transformers *ForCausalLM (PEFT wraps it; LoRA layers are injected in place)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding, the same in generation and in training.  # [N, L]"""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def lm_logits(lm, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
+    """Logits from final hidden states; `fp32_head` computes the head in float32 (ScaleRL)."""
+    if fp32_head:
+        w = lm.lm_head.weight.float()
+        b = lm.lm_head.bias.float() if getattr(lm.lm_head, "bias", None) is not None else None
+        return F.linear(hidden.float(), w, b)
+    return lm.lm_head(hidden).float()
+
+
+def token_logprobs(
+    model,
+    input_ids: torch.Tensor,  # [N, P+T]
+    attention_mask: torch.Tensor,  # [N, P+T]
+    n_completion: int,  # T
+    temperature: float = 1.0,
+    fp32_head: bool = False,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the last T tokens under the policy at `temperature`: ([N, T], entropy [N, T] or None)."""
+    lm = causal_lm(model)
+    out = lm.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
+    hidden = out.last_hidden_state[:, -n_completion - 1 : -1]  # [N, T, H] positions predicting the completion
+    logits = lm_logits(lm, hidden, fp32_head) / max(temperature, 1e-6)  # [N, T, V]
+    logp_all = torch.log_softmax(logits, dim=-1)
+    target = input_ids[:, -n_completion:]
+    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, T]
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            ent = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, ent

@@ -1,0 +1,116 @@
+"""The default policy: a tiny Qwen2 built from a config, warm-started by a short SFT on the task's
+training split, and cached on disk keyed by (model config, task config, seed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from rlx.models.forward import token_logprobs
+from rlx.models.tokenizer import build_char_tokenizer
+
+CACHE_VERSION = 1
+
+
+def tiny_config(cfg, vocab_size: int, tok) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=False,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        attn_implementation="sdpa",
+    )
+
+
+def cache_key(model_cfg, task_cfg, seed: int) -> str:
+    m = OmegaConf.to_container(model_cfg, resolve=False) if OmegaConf.is_config(model_cfg) else dict(model_cfg)
+    m = {k: v for k, v in m.items() if k not in ("lora", "cache_dir", "path", "dtype")}
+    t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
+    blob = json.dumps({"v": CACHE_VERSION, "model": m, "task": t, "seed": seed}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
+    """Teacher-forced cross-entropy on prompt -> target completion (+eos) of the training split."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=sft_cfg.lr, weight_decay=0.0)
+    total = sft_cfg.steps
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: min(1.0, (s + 1) / max(1, sft_cfg.warmup_steps)) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)),
+    )
+    data = task.train
+    model.train()
+    loss_v = float("nan")
+    for step in range(total):
+        idx = torch.randint(len(data), (sft_cfg.batch_size,), generator=g).tolist()
+        prompts = [tok(data[i].prompt, add_special_tokens=False).input_ids for i in idx]
+        targets = [tok(data[i].target, add_special_tokens=False).input_ids + [tok.eos_token_id] for i in idx]
+        P = max(len(p) for p in prompts)
+        T = max(len(t) for t in targets)
+        ids = torch.full((len(idx), P + T), tok.pad_token_id)
+        mask = torch.zeros((len(idx), P + T), dtype=torch.long)
+        tmask = torch.zeros((len(idx), T))
+        for r, (p, t) in enumerate(zip(prompts, targets)):
+            ids[r, P - len(p) : P] = torch.tensor(p)
+            ids[r, P : P + len(t)] = torch.tensor(t)
+            mask[r, P - len(p) : P + len(t)] = 1
+            tmask[r, : len(t)] = 1
+        logp, _ = token_logprobs(model, ids, mask, T)  # [B, T]
+        loss = -(logp * tmask).sum() / tmask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_v = loss.item()
+        if (step + 1) % 100 == 0:
+            log(f"[sft] step {step + 1}/{total} loss {loss_v:.4f}")
+    model.eval()
+    return {"sft/final_loss": loss_v}
+
+
+def load_or_build_tiny(model_cfg, task_cfg, task, seed: int, log=print):
+    """The SFT-warm-started tiny base for (model config, task config, seed), built once and cached."""
+    tok = build_char_tokenizer()
+    key = cache_key(model_cfg, task_cfg, seed)
+    cache = Path(model_cfg.cache_dir).expanduser() / f"tiny-{key}"
+    if (cache / "config.json").is_file():
+        log(f"[model] tiny base from cache {cache}")
+        model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)
+        return model.eval(), tok, cache
+    log(f"[model] building tiny base (cache miss) -> {cache}")
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(tiny_config(model_cfg, len(tok), tok))
+    if model_cfg.sft.steps > 0:
+        sft_warm_start(model, tok, task, model_cfg.sft, seed, log)
+    # Atomic publish: write into a temp dir beside the target, then rename. A concurrent builder
+    # (parallel sweep jobs) may win the race; then its identical copy is used.
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{key}-", dir=cache.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.rename(tmp, cache)
+    except OSError:
+        if not (cache / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model.eval(), tok, cache

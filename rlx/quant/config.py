@@ -1,0 +1,16 @@
+from dataclasses import dataclass, field
+
+
+@dataclass
+class QuantConfig:
+    """Frozen-base quantization (QeRL). `format` is a registered name: none | nvfp4 | nf4 | mxfp4."""
+
+    format: str = "none"
+    # module-name suffixes of the decoder blocks' linear layers that get quantized
+    targets: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    double_quant: bool = False  # NF4 only: quantize the absmax scales (QLoRA double quantization)
+    kernel: str = "auto"  # auto | torch | triton  (forward implementation of the packed linear)
+    # NVFP4 only: one global scale shared by q/k/v and one by gate/up (vLLM fuses those layers)
+    fuse_global_scales: bool = True

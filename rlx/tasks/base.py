@@ -1,0 +1,96 @@
+"""Task interface: seeded train / held-out splits, a deterministic sampler with a resumable
+position, and scoring through named reward functions (rlx.tasks.rewards)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from rlx.tasks.rewards import REWARDS
+
+
+@dataclass(frozen=True)
+class Example:
+    key: str  # stable id (curriculum bookkeeping, disjointness checks)
+    prompt: str  # what the policy sees
+    answer: str  # gold final answer (what rewards compare against)
+    solution: str = ""  # SFT target completion (defaults to the answer)
+
+    @property
+    def target(self) -> str:
+        return self.solution or self.answer
+
+
+class Task:
+    """A verifiable task. Subclasses fill `train` and `eval` (disjoint) in `__init__`."""
+
+    name = "task"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.train: list[Example] = []
+        self.eval: list[Example] = []
+        unknown = [r for r in cfg.rewards if r not in REWARDS]
+        if unknown:
+            raise ValueError(f"task.rewards: unknown reward function(s) {unknown}; registered: {sorted(REWARDS)}")
+        self._epoch = 0
+        self._pos = 0
+        self._order: list[int] | None = None
+        self._shuffle_seed = 0
+
+    # ---- sampling -------------------------------------------------------------------------
+    def set_seed(self, seed: int) -> None:
+        self._shuffle_seed = seed
+        self._order = None
+
+    def _epoch_order(self) -> list[int]:
+        if self._order is None:
+            order = list(range(len(self.train)))
+            random.Random(f"{self._shuffle_seed}-{self._epoch}").shuffle(order)
+            self._order = order
+        return self._order
+
+    def sample(self, n: int, skip=None) -> list[Example]:
+        """Next `n` training prompts in a seeded per-epoch shuffle; `skip(key)` retires prompts."""
+        out: list[Example] = []
+        scanned_since_pick = 0
+        while len(out) < n:
+            order = self._epoch_order()
+            if self._pos >= len(order):
+                self._epoch, self._pos, self._order = self._epoch + 1, 0, None
+                continue
+            ex = self.train[order[self._pos]]
+            self._pos += 1
+            if skip is not None and skip(ex.key):
+                scanned_since_pick += 1
+                if scanned_since_pick > len(self.train):
+                    raise RuntimeError("every training prompt is retired: nothing left to sample")
+                continue
+            scanned_since_pick = 0
+            out.append(ex)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self._epoch, "pos": self._pos, "seed": self._shuffle_seed}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self._epoch, self._pos, self._shuffle_seed, self._order = sd["epoch"], sd["pos"], sd["seed"], None
+
+    # ---- scoring --------------------------------------------------------------------------
+    def score(self, examples: list[Example], completions: list[str]) -> dict[str, list[float]]:
+        """Each configured reward function on each (example, completion); unweighted values."""
+        assert len(examples) == len(completions)
+        return {name: [REWARDS[name](c, ex) for ex, c in zip(examples, completions)] for name in self.cfg.rewards}
+
+    def total_reward(self, per_fn: dict[str, list[float]]) -> list[float]:
+        n = len(next(iter(per_fn.values())))
+        return [sum(self.cfg.rewards[k] * per_fn[k][i] for k in per_fn) for i in range(n)]
+
+    @staticmethod
+    def passed(per_fn: dict[str, list[float]]) -> list[bool]:
+        """Whether each completion solved its problem: the correctness reward if configured, else reward > 0."""
+        for name in ("correct", "math_verify"):
+            if name in per_fn:
+                return [v >= 1.0 for v in per_fn[name]]
+        n = len(next(iter(per_fn.values())))
+        return [sum(per_fn[k][i] for k in per_fn) > 0 for i in range(n)]

@@ -1,0 +1,68 @@
+"""Shared fixtures: compose the real Hydra config at tiny size and run experiments in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+# A model and experiment small enough for many end-to-end runs in the suite.
+TINY = [
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=2",
+    "model.num_heads=2",
+    "model.num_kv_heads=1",
+    "model.sft.steps=30",
+    "model.lora.r=4",
+    "model.lora.alpha=8",
+    "task.n_train=200",
+    "task.n_eval=16",
+    "rollout.group_size=4",
+    "rollout.prompts_per_step=4",
+    "rollout.eval_k=2",
+    "train.steps=4",
+    "train.eval_every=2",
+    "train.ckpt_every=2",
+    "train.progress=false",
+    "logger.mode=disabled",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_cache(tmp_path_factory):
+    """One SFT-base cache for the whole session (and its subprocesses)."""
+    os.environ.setdefault("RLX_CACHE", str(tmp_path_factory.mktemp("rlx_cache")))
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    yield
+
+
+def compose(overrides: list[str] | None = None):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return hcompose(config_name="config", overrides=list(overrides or []))
+
+
+def run_tiny(run_dir: Path, overrides: list[str] | None = None) -> dict:
+    from rlx.train import run
+
+    cfg = compose(TINY + list(overrides or []))
+    return run(cfg, run_dir)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def strip_timing(rows: list[dict]) -> list[dict]:
+    from rlx.train import TIMING_PREFIXES
+
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in rows]
