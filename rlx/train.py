@@ -118,6 +118,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     task = build_task(cfg.task)
     task.set_seed(cfg.seed)
     model, tok = build_policy(cfg, task, _log)
+    _seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
     rollout = build_rollout(cfg.rollout, tok, fp32_head=cfg.algo.fp32_lm_head)
     params = [p for p in model.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in model.parameters())

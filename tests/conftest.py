@@ -31,6 +31,7 @@ TINY = [
     "train.ckpt_every=2",
     "train.progress=false",
     "logger.mode=disabled",
+    "train.threads=1",  # bitwise-reproducible reductions whatever the machine load
 ]
 
 

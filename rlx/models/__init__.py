@@ -72,6 +72,7 @@ def build_policy(cfg, task, log=print):
         from rlx import quant
 
         model = quant.quantize_model(model, cfg.quant)
+    torch.manual_seed(cfg.seed)  # LoRA init must not depend on whether the base was just built or loaded
     model = attach_lora(model, cfg.model.lora, quantized)
     return model, tok
 

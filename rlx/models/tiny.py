@@ -91,10 +91,15 @@ def load_or_build_tiny(model_cfg, task_cfg, task, seed: int, log=print):
     tok = build_char_tokenizer()
     key = cache_key(model_cfg, task_cfg, seed)
     cache = Path(model_cfg.cache_dir).expanduser() / f"tiny-{key}"
-    if (cache / "config.json").is_file():
-        log(f"[model] tiny base from cache {cache}")
-        model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)
-        return model.eval(), tok, cache
+    if not (cache / "config.json").is_file():
+        _build_and_publish(model_cfg, task, seed, tok, cache, key, log)
+    log(f"[model] tiny base from cache {cache}")
+    # Always the saved copy, so a fresh run and a resumed one start from bitwise the same base.
+    model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)
+    return model.eval(), tok, cache
+
+
+def _build_and_publish(model_cfg, task, seed, tok, cache: Path, key: str, log) -> None:
     log(f"[model] building tiny base (cache miss) -> {cache}")
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(tiny_config(model_cfg, len(tok), tok))
@@ -113,4 +118,3 @@ def load_or_build_tiny(model_cfg, task_cfg, task, seed: int, log=print):
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return model.eval(), tok, cache

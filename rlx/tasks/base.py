@@ -63,7 +63,7 @@ class Task:
             self._pos += 1
             if skip is not None and skip(ex.key):
                 scanned_since_pick += 1
-                if scanned_since_pick > len(self.train):
+                if scanned_since_pick > 2 * len(self.train):  # a full epoch boundary can hide the last live prompt
                     raise RuntimeError("every training prompt is retired: nothing left to sample")
                 continue
             scanned_since_pick = 0

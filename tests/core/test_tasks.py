@@ -1,0 +1,116 @@
+"""Synthetic tasks, local jsonl datasets and the reward registry."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlx.config import TaskConfig
+from rlx.tasks import REWARDS, build_task
+from rlx.tasks.base import Example
+
+
+def _cfg(**kw):
+    return OmegaConf.merge(OmegaConf.structured(TaskConfig), kw)
+
+
+@pytest.mark.parametrize("name,extra", [("arith", {}), ("multiply", {"digits": 2})])
+def test_splits_disjoint_and_seeded(name, extra):
+    t1 = build_task(_cfg(name=name, n_train=300, n_eval=50, **extra))
+    t2 = build_task(_cfg(name=name, n_train=300, n_eval=50, **extra))
+    t3 = build_task(_cfg(name=name, n_train=300, n_eval=50, seed=99, **extra))
+    assert len(t1.train) == 300 and len(t1.eval) == 50
+    assert not {e.prompt for e in t1.train} & {e.prompt for e in t1.eval}
+    assert t1.train == t2.train and t1.eval == t2.eval
+    assert t1.train != t3.train
+
+
+def test_arith_answers_are_right():
+    t = build_task(_cfg(name="arith", n_train=50, n_eval=10, num_terms=3, max_operand=9))
+    for e in t.train + t.eval:
+        expr = e.prompt.rstrip("=")
+        # recompute by hand-parsing (never eval): left-to-right + and -
+        tokens, num, val, op = [], "", None, "+"
+        for ch in expr + "+":
+            if ch.isdigit():
+                num += ch
+                continue
+            val = int(num) if val is None else (val + int(num) if op == "+" else val - int(num))
+            op, num = ch, ""
+        assert str(val) == e.answer
+
+
+def test_multiply_answers_and_too_small_space():
+    t = build_task(_cfg(name="multiply", n_train=20, n_eval=5, digits=2))
+    for e in t.train:
+        a, b = e.prompt.rstrip("=").split("*")
+        assert int(a) * int(b) == int(e.answer) and 10 <= int(a) <= 99
+    with pytest.raises(ValueError, match="distinct problems"):
+        build_task(_cfg(name="multiply", n_train=200, n_eval=10, digits=1))
+
+
+def test_sampler_epochs_resume_and_retire():
+    t = build_task(_cfg(name="arith", n_train=10, n_eval=2, max_operand=9))
+    t.set_seed(3)
+    first = [e.key for e in t.sample(7)]
+    state = t.state_dict()
+    rest = [e.key for e in t.sample(8)]
+    assert sorted(first + rest[:3]) == sorted(e.key for e in t.train)  # an epoch is a permutation
+    t.load_state_dict(state)
+    assert [e.key for e in t.sample(8)] == rest  # resumable position
+    retired = {e.key for e in t.train[:9]}
+    out = t.sample(5, skip=lambda k: k in retired)
+    assert all(e.key == t.train[9].key for e in out)
+    with pytest.raises(RuntimeError, match="retired"):
+        t.sample(1, skip=lambda k: True)
+
+
+def test_rewards_registry_and_scoring():
+    ex = Example(key="k", prompt="2+2=", answer="4")
+    assert REWARDS["correct"]("4", ex) == 1.0 and REWARDS["correct"](" 4 ", ex) == 1.0
+    assert REWARDS["correct"]("5", ex) == 0.0 and REWARDS["correct"]("44", ex) == 0.0
+    assert REWARDS["format"]("-12", ex) == 1.0 and REWARDS["format"]("1a", ex) == 0.0
+    t = build_task(_cfg(name="arith", n_train=5, n_eval=2, rewards={"correct": 1.0, "format": 0.5}))
+    e = t.train[0]
+    per = t.score([e, e], [e.answer, "x"])
+    assert per == {"correct": [1.0, 0.0], "format": [1.0, 0.0]}
+    assert t.total_reward(per) == [1.5, 0.0]
+    with pytest.raises(ValueError, match="nope"):
+        build_task(_cfg(name="arith", rewards={"nope": 1.0}))
+    with pytest.raises(ValueError, match="unknown task"):
+        build_task(_cfg(name="chess"))
+
+
+def test_jsonl_gsm8k_style_with_math_verify(tmp_path):
+    rows = [
+        {"question": "Tom has 3 apples and buys 4 more. How many?", "answer": "3+4=7\n#### 7"},
+        {"question": "Half of 10?", "answer": "10/2=5\n#### 5"},
+    ]
+    p = tmp_path / "train.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _cfg(name="jsonl", train_path=str(p), eval_path=str(p), n_train=0, n_eval=0,
+               answer_regex=r"####\s*(.+)\s*$", prompt_template="Q: {question}\nA:", rewards={"math_verify": 1.0})
+    t = build_task(cfg)
+    assert [e.answer for e in t.train] == ["7", "5"]
+    assert t.train[0].prompt.startswith("Q: Tom")
+    per = t.score(t.train, ["The answer is \\boxed{7}", "so 6"])
+    assert per["math_verify"] == [1.0, 0.0]
+    per = t.score(t.train, ["7.0", "5"])
+    assert per["math_verify"] == [1.0, 1.0]
+
+
+def test_jsonl_math_style_latex_equivalence(tmp_path):
+    p = tmp_path / "math.jsonl"
+    p.write_text(json.dumps({"problem": "Simplify 2/4", "solution": "\\frac{1}{2}"}) + "\n")
+    t = build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), question_field="problem",
+                        answer_field="solution", n_train=0, n_eval=0, rewards={"math_verify": 1.0}))
+    assert t.score(t.eval, ["$\\boxed{0.5}$"])["math_verify"] == [1.0]
+
+
+def test_jsonl_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        build_task(_cfg(name="jsonl", train_path=str(tmp_path / "missing.jsonl"), eval_path="x"))
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps({"q": "1", "a": "2"}) + "\n")
+    with pytest.raises(ValueError, match="question"):
+        build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p)))
