@@ -1,0 +1,43 @@
+"""The RL objective: advantages, aggregation weights, policy losses, batch shaping, curriculum."""
+
+from rlx.algo.advantages import ADV_NORMS, compute_advantages, group_mean_std
+from rlx.algo.aggregation import AGGREGATIONS, token_weights
+from rlx.algo.config import AlgoConfig
+from rlx.algo.curriculum import PassRateCurriculum
+from rlx.algo.losses import LOSSES, k3_kl, policy_loss, token_entropy
+from rlx.algo.shaping import mask_truncated, overlong_penalty, zero_variance_groups
+
+
+def check_config(cfg: AlgoConfig) -> None:
+    """Raise ValueError naming the bad field if an algo config cannot run."""
+    for field, registry in (("loss", LOSSES), ("aggregation", AGGREGATIONS), ("adv_norm", ADV_NORMS)):
+        if getattr(cfg, field) not in registry:
+            raise ValueError(f"unknown algo.{field} {getattr(cfg, field)!r}; choose one of {sorted(registry)}")
+    if cfg.eps_low < 0 or cfg.eps_high < 0 or cfg.gspo_eps_low < 0 or cfg.gspo_eps_high < 0:
+        raise ValueError("algo clip ranges (eps_low, eps_high, gspo_eps_low, gspo_eps_high) must be >= 0")
+    if cfg.eps_max <= 0:
+        raise ValueError(f"algo.eps_max (CISPO cap) must be > 0, got {cfg.eps_max}")
+    if cfg.beta < 0:
+        raise ValueError(f"algo.beta must be >= 0, got {cfg.beta}")
+    if cfg.dynamic_sampling and cfg.zero_variance_filter:
+        raise ValueError("algo.dynamic_sampling (refill) and algo.zero_variance_filter (drop) exclude each other")
+    if cfg.mu < 1 or cfg.micro_batch_size < 1 or cfg.max_resample_rounds < 0:
+        raise ValueError("algo.mu and algo.micro_batch_size must be >= 1, max_resample_rounds >= 0")
+    if not 0.0 < cfg.pass_rate_threshold <= 1.0:
+        raise ValueError(f"algo.pass_rate_threshold must be in (0, 1], got {cfg.pass_rate_threshold}")
+
+
+__all__ = [
+    "AlgoConfig",
+    "PassRateCurriculum",
+    "check_config",
+    "compute_advantages",
+    "group_mean_std",
+    "k3_kl",
+    "mask_truncated",
+    "overlong_penalty",
+    "policy_loss",
+    "token_entropy",
+    "token_weights",
+    "zero_variance_groups",
+]
