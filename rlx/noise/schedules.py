@@ -1,0 +1,112 @@
+"""AQN noise schedules: the noise scale sigma for a training step, chosen by a registered name.
+
+Every schedule splits training into K = cfg.stages equal intervals ("stages"); step s of T lies in
+stage k = min(floor(s * K / T), K - 1). The staged schedules (exponential, linear, cosine) keep
+stage 0 noise-free and hold one sigma per stage for stages 1..K-1, going from sigma_start at stage
+1 to sigma_end at stage K-1 (both inclusive) along t = (k - 1) / (K - 2):
+
+    exponential: sigma_start * (sigma_end / sigma_start) ** t        (geometric, QeRL)
+    linear:      sigma_start + (sigma_end - sigma_start) * t
+    cosine:      sigma_end + (sigma_start - sigma_end) * (1 + cos(pi * t)) / 2
+
+With K = 2 the single noisy stage uses sigma_start. `constant` is sigma_start at every step, stage
+0 included (no noise-free stage); its reported stage is still the interval index, for logging.
+Steps at or past T count as the last stage (a run extended beyond its plan keeps sigma_end).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+# (sigma_start, sigma_end, t in [0, 1]) -> sigma
+StageCurve = Callable[[float, float, float], float]
+# (step, total_steps, cfg) -> (sigma, stage)
+Schedule = Callable[[int, int, object], tuple[float, int]]
+
+
+def _geometric(sigma_start: float, sigma_end: float, t: float) -> float:
+    return sigma_start * (sigma_end / sigma_start) ** t
+
+
+def _linear(sigma_start: float, sigma_end: float, t: float) -> float:
+    return sigma_start + (sigma_end - sigma_start) * t
+
+
+def _cosine(sigma_start: float, sigma_end: float, t: float) -> float:
+    return sigma_end + (sigma_start - sigma_end) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def stage_of(step: int, total_steps: int, stages: int) -> int:
+    """Index of the equal interval that `step` falls in (clamped to the last one)."""
+    return min(step * stages // total_steps, stages - 1)
+
+
+def _staged(curve: StageCurve) -> Schedule:
+    """A schedule with a noise-free stage 0 and `curve` across stages 1..K-1 (end points exact)."""
+
+    def schedule(step: int, total_steps: int, cfg) -> tuple[float, int]:
+        stages = int(cfg.stages)
+        if stages < 2:
+            raise ValueError(f"noise.stages must be >= 2 for schedule '{cfg.schedule}' (stage 0 is noise-free), got {stages}")
+        stage = stage_of(step, total_steps, stages)
+        if stage == 0:
+            return 0.0, 0
+        sigma_start, sigma_end = float(cfg.sigma_start), float(cfg.sigma_end)
+        if stage == 1:
+            return sigma_start, stage
+        if stage == stages - 1:
+            return sigma_end, stage
+        return curve(sigma_start, sigma_end, (stage - 1) / (stages - 2)), stage
+
+    return schedule
+
+
+def _constant(step: int, total_steps: int, cfg) -> tuple[float, int]:
+    stages = int(cfg.stages)
+    if stages < 1:
+        raise ValueError(f"noise.stages must be >= 1, got {stages}")
+    return float(cfg.sigma_start), stage_of(step, total_steps, stages)
+
+
+SCHEDULES: dict[str, Schedule] = {
+    "exponential": _staged(_geometric),
+    "linear": _staged(_linear),
+    "cosine": _staged(_cosine),
+    "constant": _constant,
+}
+
+
+def check_schedule_config(cfg) -> None:
+    """Raise ValueError naming the first bad schedule field of a NoiseConfig."""
+    if cfg.schedule not in SCHEDULES:
+        raise ValueError(f"unknown noise.schedule '{cfg.schedule}'; choose one of {sorted(SCHEDULES)}")
+    for name in ("sigma_start", "sigma_end"):
+        value = float(getattr(cfg, name))
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"noise.{name} must be a finite number >= 0, got {value}")
+    if cfg.schedule == "exponential" and (float(cfg.sigma_start) <= 0 or float(cfg.sigma_end) <= 0):
+        raise ValueError(
+            f"noise.schedule 'exponential' needs sigma_start > 0 and sigma_end > 0 (geometric decay), "
+            f"got {cfg.sigma_start} -> {cfg.sigma_end}"
+        )
+
+
+def sigma_at(step: int, total_steps: int, cfg) -> tuple[float, int]:
+    """(sigma, stage) for 0-based `step` of a run of `total_steps` steps under `cfg` (a NoiseConfig)."""
+    if int(total_steps) < 1:
+        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    if int(step) < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    check_schedule_config(cfg)
+    return SCHEDULES[cfg.schedule](int(step), int(total_steps), cfg)
+
+
+def stage_table(total_steps: int, cfg) -> list[dict]:
+    """One row per stage: {'stage', 'first_step', 'last_step', 'sigma'} (for docs and logs)."""
+    rows: dict[int, dict] = {}
+    for step in range(int(total_steps)):
+        sigma, stage = sigma_at(step, total_steps, cfg)
+        row = rows.setdefault(stage, {"stage": stage, "first_step": step, "last_step": step, "sigma": sigma})
+        row["last_step"] = step
+    return [rows[k] for k in sorted(rows)]

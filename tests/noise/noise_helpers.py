@@ -1,0 +1,51 @@
+"""Helpers for the noise tests: a tiny Qwen2 policy, AQN configs, independent norm lookups."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlx.noise import NoiseConfig
+
+VOCAB = 32
+
+
+def tiny_qwen2(seed: int = 0, dtype=torch.float32) -> nn.Module:
+    """Qwen2ForCausalLM with hidden 64, 2 layers, vocab 32; a wide init makes sampling non-uniform."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(cfg).to(dtype).eval()
+
+
+def aqn_config(**overrides) -> NoiseConfig:
+    cfg = NoiseConfig(type="aqn")
+    for name, value in overrides.items():
+        setattr(cfg, name, value)
+    return cfg
+
+
+def norm_weights(model: nn.Module, suffixes=("input_layernorm", "post_attention_layernorm")) -> dict[str, torch.Tensor]:
+    """Independent lookup (not rlx's): clean copies of every 1-D weight under modules ending in a suffix."""
+    out = {}
+    for name, module in model.named_modules():
+        if name.split(".")[-1] in suffixes:
+            for pname, p in module.named_parameters():
+                out[f"{name}.{pname}"] = p.detach().clone()
+    return out
+
+
+def live_weights(model: nn.Module, names) -> dict[str, torch.Tensor]:
+    params = dict(model.named_parameters())
+    return {n: params[n].detach().clone() for n in names}
