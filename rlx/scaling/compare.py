@@ -1,0 +1,292 @@
+"""Compare recipes of a sweep: one row per recipe (or run), and ScaleRL's rule for deciding between two.
+
+ScaleRL's rule: if two recipes' asymptotes A differ by more than the margin (0.02, their seed-to-seed
+spread), the higher A wins; otherwise both are refitted with A fixed at their mean and the higher
+B (efficiency: the faster approach to the shared ceiling) wins.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rlx.scaling.config import ScalingConfig
+from rlx.scaling.fits import CurveFit
+from rlx.scaling.logs import RunLog, find_runs, read_run
+from rlx.scaling.plot import Curve, save_curves
+from rlx.scaling.recipes import group_by_recipe, run_label
+from rlx.scaling.runs import as_config, fit_points, pool, target_compute
+from rlx.scaling.sigmoid_fit import fit_sigmoid
+
+
+@dataclass
+class Verdict:
+    """The outcome of ScaleRL's rule for one pair."""
+
+    first: str
+    second: str
+    A_first: float
+    A_second: float
+    rule: str  # "asymptote" (|dA| > margin) | "efficiency" (refit at a common A, compare B)
+    winner: str
+    separable: bool | None  # the deciding parameter's bootstrap intervals do not overlap (None: no intervals)
+    A_common: float | None = None
+    B_first: float | None = None  # refitted with A = A_common
+    B_second: float | None = None
+    B_first_interval: tuple[float, float] | None = None
+    B_second_interval: tuple[float, float] | None = None
+    C_mid_first: float | None = None
+    C_mid_second: float | None = None
+    margin: float = 0.02
+
+    def describe(self) -> str:
+        head = f"{self.first} vs {self.second}: A {self.A_first:.3f} vs {self.A_second:.3f}"
+        sure = {True: "", False: " (bootstrap intervals overlap: not separable at this budget)",
+                None: " (no bootstrap intervals)"}[self.separable]
+        if self.rule == "asymptote":
+            return f"{head} (|dA| > {self.margin:g}) -> higher asymptote: **{self.winner}**{sure}"
+        return (
+            f"{head} (|dA| <= {self.margin:g}) -> refit at A = {self.A_common:.4f}: "
+            f"B {self.B_first:.3f}{_interval(self.B_first_interval)} "
+            f"vs {self.B_second:.3f}{_interval(self.B_second_interval)}, "
+            f"C_mid {self.C_mid_first:.4g} vs {self.C_mid_second:.4g} -> more efficient: **{self.winner}**{sure}"
+        )
+
+
+def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second=None, **fit_kwargs) -> Verdict:
+    """Apply ScaleRL's rule to two recipes given as (label, compute [N], reward [N][, r0]) with sigmoid fits.
+
+    fit_first / fit_second: existing fits (fitted here with fit_kwargs otherwise). fit_kwargs go to
+    `fit_sigmoid` for the refits too (e.g. exclude_before, bootstrap).
+    """
+    (la, ca, ra, r0a), (lb, cb, rb, r0b) = (tuple(first) + (None,))[:4], (tuple(second) + (None,))[:4]
+    fa = fit_first if fit_first is not None else fit_sigmoid(ca, ra, r0a, **fit_kwargs)
+    fb = fit_second if fit_second is not None else fit_sigmoid(cb, rb, r0b, **fit_kwargs)
+    if fa.kind != "sigmoid" or fb.kind != "sigmoid":
+        raise ValueError("ScaleRL's rule compares sigmoid fits")
+    if abs(fa.A - fb.A) > margin + 1e-12:
+        winner = la if fa.A > fb.A else lb
+        return Verdict(la, lb, fa.A, fb.A, "asymptote", winner, _disjoint(fa.intervals.get("A"), fb.intervals.get("A")),
+                       margin=margin)
+    common = round((fa.A + fb.A) / 2, 10)
+    ga = fit_sigmoid(ca, ra, r0a, A=common, **fit_kwargs)
+    gb = fit_sigmoid(cb, rb, r0b, A=common, **fit_kwargs)
+    winner = la if ga.B >= gb.B else lb
+    return Verdict(
+        la, lb, fa.A, fb.A, "efficiency", winner, _disjoint(ga.intervals.get("B"), gb.intervals.get("B")),
+        A_common=common, B_first=ga.B, B_second=gb.B, B_first_interval=ga.intervals.get("B"),
+        B_second_interval=gb.intervals.get("B"), C_mid_first=ga.C_mid, C_mid_second=gb.C_mid, margin=margin,
+    )
+
+
+@dataclass
+class Row:
+    """One table row: a recipe (runs pooled) or a single run."""
+
+    label: str
+    runs: list[RunLog]
+    compute: np.ndarray  # [N] pooled evaluations after step 0
+    reward: np.ndarray
+    r0: float | None  # mean step-0 reward
+    steps: int
+    final_compute: float
+    final_reward: float
+    fit: CurveFit | None = None
+    note: str = ""
+
+    @property
+    def n_failed(self) -> int:
+        return sum(r.failed for r in self.runs)
+
+
+@dataclass
+class Comparison:
+    root: Path
+    cfg: ScalingConfig
+    by: str
+    rows: list[Row]
+    target: float
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        return to_markdown(self)
+
+    def curves(self) -> list[Curve]:
+        return [Curve(r.label, r.compute, r.reward, r.fit) for r in self.rows]
+
+
+def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None = None) -> Comparison:
+    """Fit every recipe (by="recipe", seeds pooled) or run (by="run") under root and apply ScaleRL's rule.
+
+    kind: sigmoid | power (default: cfg.fit, or sigmoid when that is "none").
+    """
+    cfg = as_config(cfg if cfg is not None else ScalingConfig())
+    kind = kind or (cfg.fit if cfg.fit != "none" else "sigmoid")
+    if by not in ("recipe", "run"):
+        raise ValueError(f"by must be 'recipe' or 'run', got {by!r}")
+    root = Path(root)
+    runs = [read_run(p) for p in find_runs(root)]
+    groups = group_by_recipe(runs, root)
+    if by == "run":
+        groups = {run_label(r, label, root): [r] for label, members in groups.items() for r in members}
+        groups = _unique_labels(groups, root)
+    rows = [_make_row(label, members, cfg, kind) for label, members in groups.items()]
+    finals = [r.final_compute for r in rows if np.isfinite(r.final_compute)]
+    target = target_compute(cfg, max(finals) if finals else 0.0)
+    rows.sort(key=lambda r: (r.fit is None, -(r.fit.A if r.fit is not None else 0.0), r.label))
+    comparison = Comparison(root, cfg, by, rows, target)
+    # the rule decides between recipes; per-run rows (by="run") are for looking at the seed spread
+    fitted = [r for r in rows if r.fit is not None and r.fit.kind == "sigmoid"] if by == "recipe" else []
+    kwargs = _refit_kwargs(cfg)
+    for i, a in enumerate(fitted):
+        for b in fitted[i + 1 :]:
+            try:
+                comparison.verdicts.append(scalerl_rule(
+                    (a.label, *_fit_points(a, cfg), a.r0), (b.label, *_fit_points(b, cfg), b.r0), cfg.margin,
+                    fit_first=a.fit, fit_second=b.fit, **kwargs,
+                ))
+            except ValueError as err:
+                a.note = a.note or f"refit vs {b.label} failed: {err}"
+    return comparison
+
+
+def write_comparison(comparison: Comparison, prefix: str = "compare") -> tuple[Path, Path, Path]:
+    """Save <root>/<prefix>.md, .png and .json; returns their paths."""
+    root, cfg = comparison.root, comparison.cfg
+    md = root / f"{prefix}.md"
+    md.write_text(comparison.markdown())
+    png = save_curves(root / f"{prefix}.png", comparison.curves(), cfg.compute, cfg.metric, comparison.target,
+                      title=f"{cfg.metric} vs {cfg.compute} ({comparison.by}s under {root.name})", with_asymptotes=True)
+    js = root / f"{prefix}.json"
+    js.write_text(json.dumps(_as_json(comparison), indent=2, allow_nan=True))
+    return md, png, js
+
+
+def to_markdown(comp: Comparison) -> str:
+    cfg = comp.cfg
+    kinds = {r.fit.kind for r in comp.rows if r.fit is not None}
+    names = ("A", "B", "D") if kinds == {"power"} else ("A", "B", "C_mid")
+    conf = int(round(cfg.confidence * 100))
+    lines = [
+        f"# Scaling comparison: {cfg.metric} vs compute ({cfg.compute})",
+        "",
+        f"Runs under `{comp.root}`, one row per {comp.by}. Fit: {', '.join(sorted(kinds)) or 'none succeeded'}"
+        + ("; R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 fixed" if "sigmoid" in kinds else "")
+        + ("; R(C) = A - D / C^B" if "power" in kinds else "")
+        + f". A: fit +/- half the {conf}% bootstrap interval; {names[1]}, {names[2]}: fit [{conf}% interval]. "
+        f"Fit window: compute >= max({cfg.exclude_before:g}, {cfg.exclude_fraction:g} x max) "
+        f"and <= {cfg.fit_fraction:g} x max.",
+        "",
+        f"| {comp.by} | runs | steps | compute ({cfg.compute}) | final {cfg.metric} | {names[0]} (+/-) | {names[1]} | "
+        f"{names[2]} | pred @ {comp.target:.3g} | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in comp.rows:
+        runs = f"{len(r.runs)}" + (f" ({r.n_failed} failed)" if r.n_failed else "")
+        cells = [r.label, runs, str(r.steps), f"{r.final_compute:.4g}", f"{r.final_reward:.4f}"]
+        if r.fit is not None:
+            p, iv = r.fit.params, r.fit.intervals
+            a_cell = f"{p['A']:.3f}" + (f" +/- {(iv['A'][1] - iv['A'][0]) / 2:.3f}" if "A" in iv else "")
+            cells += [a_cell, f"{p[names[1]]:.3g}{_interval(iv.get(names[1]))}",
+                      f"{p[names[2]]:.4g}{_interval(iv.get(names[2]))}", f"{float(r.fit.predict(comp.target)):.4f}"]
+        else:
+            cells += ["-", "-", "-", "-"]
+        cells.append(r.note.replace("|", "/"))
+        lines.append("| " + " | ".join(cells) + " |")
+    if comp.verdicts:
+        lines += ["", f"## ScaleRL's rule (|dA| <= {cfg.margin:g}: refit with A fixed at the mean, compare B)", ""]
+        lines += [f"- {v.describe()}" for v in comp.verdicts]
+    return "\n".join(lines) + "\n"
+
+
+def _make_row(label: str, runs: list[RunLog], cfg: ScalingConfig, kind: str) -> Row:
+    series, finals, notes = [], [], []
+    for run in runs:
+        try:
+            s = run.series(cfg.metric, cfg.compute)
+        except ValueError as err:
+            notes.append(str(err))
+            continue
+        series.append(s)
+        if not run.failed:
+            finals.append(s.reward[-1])
+    if not finals and series:  # every run failed: report where they got to
+        finals = [s.reward[-1] for s in series]
+    c, y, r0 = pool(series)
+    last_c = [s.compute[-1] for s in series]
+    row = Row(label, runs, c, y, r0, max((r.last_step for r in runs), default=0),
+              float(max(last_c)) if last_c else float("nan"), float(np.mean(finals)) if finals else float("nan"))
+    if not c.size and series:
+        notes.append("no evaluation after step 0")
+    if c.size:
+        try:
+            row.fit = fit_points(c, y, cfg, kind=kind, r0=r0)
+        except ValueError as err:
+            notes.append(f"no fit: {err}")
+        else:
+            if not 0.0 < row.fit.A < 1.0:
+                notes.append("A at the edge of its grid: the data do not pin the asymptote")
+    row.note = "; ".join(notes)
+    return row
+
+
+def _fit_points(row: Row, cfg: ScalingConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The points the row's fit saw (the fit_fraction cut applied; the early window is cut by the fitter)."""
+    keep = row.compute <= cfg.fit_fraction * row.compute.max()
+    return row.compute[keep], row.reward[keep]
+
+
+def _refit_kwargs(cfg: ScalingConfig) -> dict:
+    return dict(exclude_before=cfg.exclude_before, exclude_fraction=cfg.exclude_fraction, a_step=cfg.a_step,
+                n_cmid=cfg.n_cmid, bootstrap=cfg.bootstrap, confidence=cfg.confidence, seed=cfg.seed,
+                min_points=cfg.min_points)
+
+
+def _unique_labels(groups: dict[str, list[RunLog]], root: Path) -> dict[str, list[RunLog]]:
+    out: dict[str, list[RunLog]] = {}
+    for label, runs in groups.items():
+        key = label
+        if key in out:
+            key = f"{label} [{runs[0].path.relative_to(root) if runs[0].path.is_relative_to(root) else runs[0].path}]"
+        out[key] = runs
+    return out
+
+
+def _disjoint(a, b) -> bool | None:
+    if a is None or b is None:
+        return None
+    return a[1] < b[0] or b[1] < a[0]
+
+
+def _interval(iv) -> str:
+    return "" if iv is None else f" [{iv[0]:.3g}, {iv[1]:.3g}]"
+
+
+def _as_json(comp: Comparison) -> dict:
+    return {
+        "root": str(comp.root),
+        "by": comp.by,
+        "metric": comp.cfg.metric,
+        "compute": comp.cfg.compute,
+        "target_compute": comp.target,
+        "rows": [
+            {
+                "label": r.label,
+                "runs": [str(x.path) for x in r.runs],
+                "failed": r.n_failed,
+                "steps": r.steps,
+                "final_compute": r.final_compute,
+                "final_reward": r.final_reward,
+                "fit": None if r.fit is None else {
+                    "kind": r.fit.kind, "params": r.fit.params,
+                    "intervals": {k: list(v) for k, v in r.fit.intervals.items()}, **r.fit.stats(),
+                },
+                "note": r.note,
+            }
+            for r in comp.rows
+        ],
+        "verdicts": [v.__dict__ for v in comp.verdicts],
+    }

@@ -1,0 +1,201 @@
+"""ScaleRL's sigmoid fit: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error.
+
+The grid search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
+S = expit(B log(C / C_mid)) and a = A - R0, so the squared error is the quadratic
+sum(d^2) - 2 a sum(d S) + a^2 sum(S^2) (d = reward - R0): its best grid A is the grid value
+nearest to sum(d S) / sum(S^2). B is searched on a fine log grid (ScaleRL fits it with scipy per
+cell instead). Then either (polish=False, the paper's procedure) B is refined by scipy's curve_fit
+at the winning (A, C_mid) cell, or (polish=True, default) the winner is polished off the grid's
+C_mid and B resolution with A kept on its 0.005 grid (see `lm.py`): with ScaleRL's 100 C_mid values
+the grid alone can land one valley-step away, since A and C_mid trade off strongly. Every bootstrap
+resample is a weight vector over the points, so all resamples share one pass of matrix products.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy.optimize import OptimizeWarning, curve_fit
+from scipy.special import expit
+
+from rlx.scaling.bootstrap import percentile_intervals, resample_weights
+from rlx.scaling.curves import sigmoid
+from rlx.scaling.fits import SigmoidFit
+from rlx.scaling.lm import polish_keep_a_on_grid
+from rlx.scaling.points import as_points, check_not_flat, check_trend, fit_window
+
+_CELLS_PER_CHUNK = 2_000_000  # elements of the [C_mid, B, N] basis held at once
+
+
+def initial_reward(compute: np.ndarray, reward: np.ndarray) -> float:
+    """R0: the mean reward of the evaluations at zero compute (one per run when seeds are pooled)."""
+    at_zero = compute == 0
+    if not at_zero.any():
+        raise ValueError(
+            f"no evaluation at zero compute to fix R0 (smallest compute is {compute.min():g}); pass r0= explicitly"
+        )
+    return float(reward[at_zero].mean())
+
+
+def fit_sigmoid(
+    compute,
+    reward,
+    r0: float | None = None,
+    *,
+    exclude_before: float = 0.0,
+    exclude_fraction: float = 0.0,
+    A: float | None = None,
+    a_step: float = 0.005,
+    a_range: tuple[float, float] = (0.0, 1.0),
+    n_cmid: int = 100,
+    cmid_range: tuple[float, float] | None = None,
+    b_range: tuple[float, float] = (0.1, 10.0),
+    n_b: int = 200,
+    polish: bool = True,
+    bootstrap: int = 200,
+    confidence: float = 0.95,
+    seed: int = 0,
+    min_points: int = 4,
+    flat_alpha: float = 0.01,
+) -> SigmoidFit:
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations (compute [N], reward [N]).
+
+    r0: the reward at zero compute (default: mean of the evaluations at compute 0). The early window
+    (compute < max(exclude_before, exclude_fraction * max compute)) and zero-compute points are left
+    out of the fit. A: hold the asymptote fixed (ScaleRL's comparison refit). cmid_range defaults to
+    [min fitted compute / 10, max fitted compute * 100]. bootstrap: resamples of the fitted points for
+    percentile intervals of A, B, C_mid and the extrapolation band. flat_alpha: significance of the
+    F-test against "reward stays at R0" below which the curve counts as flat (0 disables it).
+    Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
+    """
+    c_all, y_all = as_points(compute, reward)
+    R0 = initial_reward(c_all, y_all) if r0 is None else float(r0)
+    if not np.isfinite(R0):
+        raise ValueError(f"r0 must be finite, got {r0}")
+    if a_step <= 0 or a_range[0] > a_range[1]:
+        raise ValueError(f"bad A grid: step {a_step}, range {a_range}")
+    if A is not None and not np.isfinite(A):
+        raise ValueError(f"fixed A must be finite, got {A}")
+    if n_cmid < 2 or n_b < 2 or not 0 < b_range[0] < b_range[1]:
+        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={n_b}, b_range={b_range}")
+    n_params = 2 if A is not None else 3
+    c, y, _ = fit_window(c_all, y_all, exclude_before, exclude_fraction, min_points, n_params)
+    check_not_flat(y, R0)
+
+    lo, hi = cmid_range if cmid_range is not None else (c.min() / 10.0, c.max() * 100.0)
+    if not 0 < lo < hi:
+        raise ValueError(f"bad C_mid range ({lo}, {hi})")
+    a_top = a_range[0] + np.floor((a_range[1] - a_range[0]) / a_step + 1e-9) * a_step  # last grid value
+    a_lo, a_hi = (A, A) if A is not None else (a_range[0], a_top)
+    grid = _Grid(
+        log_cmid=np.linspace(np.log(lo), np.log(hi), n_cmid),
+        b=np.geomspace(b_range[0], b_range[1], n_b),
+        a_lo=float(a_lo),
+        a_hi=float(a_hi),
+        a_step=a_step,
+        a_fixed=A,
+    )
+    logc, d = np.log(c), y - R0
+
+    bounds = ([grid.a_lo, b_range[0] / 10.0, grid.log_cmid[0]], [grid.a_hi, b_range[1] * 10.0, grid.log_cmid[-1]])
+    polish_rows = lambda theta, w: polish_keep_a_on_grid(  # noqa: E731
+        _model(logc, R0), theta, y, w, *bounds, (grid.a_lo, grid.a_hi, grid.a_step), A is not None
+    )
+    ones = np.ones((1, c.size))
+    theta = np.column_stack(grid.search(logc, d, R0, ones)[:3])  # [1, 3]: A, B, log C_mid
+    if polish:
+        theta = polish_rows(theta, ones)
+    else:
+        theta[0, 1] = _refine_b(logc, y, R0, *theta[0])
+    a_best, b_best, lcm_best = (float(v) for v in theta[0])
+    sse = float(np.sum((y - sigmoid(c, a_best, b_best, np.exp(lcm_best), R0)) ** 2))
+    check_trend(sse, float(np.sum(d**2)), c.size, n_params, 0, flat_alpha, "vs a constant reward at R0")
+
+    fit = SigmoidFit(
+        A=a_best, B=b_best, C_mid=float(np.exp(lcm_best)), R0=R0, sse=sse, n_points=int(c.size),
+        compute_min=float(c.min()), compute_max=float(c.max()), A_fixed=A is not None, confidence=confidence,
+    )
+    if bootstrap > 0:
+        weights = resample_weights(c.size, bootstrap, seed)  # [n_boot, N]
+        start_grid = grid.coarsened() if polish else grid  # the polish refines the starts anyway
+        thetas = np.column_stack(start_grid.search(logc, d, R0, weights)[:3])  # [n_boot, 3]
+        if polish:
+            thetas = polish_rows(thetas, weights)
+        fit.samples = np.column_stack([thetas[:, 0], thetas[:, 1], np.exp(thetas[:, 2])])  # [n_boot, 3]
+        fit.intervals = percentile_intervals(fit.samples, SigmoidFit.param_names, confidence)
+    return fit
+
+
+class _Grid:
+    """The (A, C_mid, B) grid and its vectorised exhaustive search."""
+
+    def __init__(self, log_cmid, b, a_lo, a_hi, a_step, a_fixed):
+        self.log_cmid, self.b = log_cmid, b  # [M], [nB]
+        self.a_lo, self.a_hi, self.a_step, self.a_fixed = a_lo, a_hi, a_step, a_fixed
+
+    def coarsened(self, every_cmid: int = 2, every_b: int = 4) -> "_Grid":
+        """The same ranges with fewer C_mid and B values (starting points for a polish)."""
+        log_cmid = np.append(self.log_cmid[:-1:every_cmid], self.log_cmid[-1])
+        return _Grid(log_cmid, self.b[::every_b], self.a_lo, self.a_hi, self.a_step, self.a_fixed)
+
+    def snap_a(self, a_star: np.ndarray) -> np.ndarray:
+        """Nearest grid value of A (the exact argmin of a quadratic over the grid); the fixed A if one is set."""
+        if self.a_fixed is not None:
+            return np.full_like(a_star, float(self.a_fixed))
+        k = np.clip(np.rint((a_star - self.a_lo) / self.a_step), 0, round((self.a_hi - self.a_lo) / self.a_step))
+        return self.a_lo + k * self.a_step
+
+    def search(self, logc: np.ndarray, d: np.ndarray, r0: float, weights: np.ndarray):
+        """Best (A, B, log C_mid, sse) for each weight row. logc, d: [N]; weights: [K, N]. Returns four [K] arrays."""
+        n = logc.size
+        k = weights.shape[0]
+        d2 = weights @ (d * d)  # [K]
+        wd = weights * d  # [K, N]
+        best = np.full((4, k), np.inf)  # rows: sse, A, B, log C_mid
+        m_chunk = max(1, _CELLS_PER_CHUNK // (self.b.size * n))
+        for i0 in range(0, self.log_cmid.size, m_chunk):
+            lcm = self.log_cmid[i0 : i0 + m_chunk]  # [m]
+            basis = expit(self.b[None, :, None] * (logc[None, None, :] - lcm[:, None, None]))  # [m, nB, N]
+            basis = basis.reshape(-1, n)  # [m*nB, N]
+            sd = wd @ basis.T  # [K, m*nB]
+            ss = weights @ (basis * basis).T  # [K, m*nB]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                a = self.snap_a(r0 + np.where(ss > 0, sd / ss, 0.0)) - r0  # [K, m*nB]
+            sse = d2[:, None] - a * (2 * sd - a * ss)
+            j = np.argmin(sse, axis=1)  # [K]
+            rows = np.arange(k)
+            better = sse[rows, j] < best[0]
+            cm_idx, b_idx = np.divmod(j, self.b.size)
+            cand = np.stack([sse[rows, j], a[rows, j] + r0, self.b[b_idx], lcm[cm_idx]])
+            best[:, better] = cand[:, better]
+        sse, a_best, b_best, lcm_best = best
+        return np.round(a_best, 10), b_best, lcm_best, sse
+
+
+def _model(logc: np.ndarray, r0: float):
+    """theta [K, 3] = (A, B, log C_mid) -> (prediction [K, N], jacobian [K, N, 3])."""
+
+    def model(theta):
+        a, b, lcm = theta[:, 0:1], theta[:, 1:2], theta[:, 2:3]
+        x = logc[None] - lcm  # [K, N]
+        s = expit(b * x)
+        ds = (a - r0) * s * (1 - s)
+        return r0 + (a - r0) * s, np.stack([s, ds * x, -ds * b], axis=2)
+
+    return model
+
+
+def _refine_b(logc, y, r0, a, b0, lcm) -> float:
+    """ScaleRL's step: B by scipy curve_fit at a fixed (A, C_mid) cell, started from the grid's B."""
+    model = lambda lc, b: r0 + (a - r0) * expit(b * (lc - lcm))  # noqa: E731
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)
+            (b,), _ = curve_fit(model, logc, y, p0=[b0], bounds=(1e-4, 1e4))
+    except (RuntimeError, ValueError):
+        return float(b0)
+    sse = lambda bb: float(np.sum((y - model(logc, bb)) ** 2))  # noqa: E731
+    return float(b) if sse(b) <= sse(b0) else float(b0)
+
+

@@ -1,0 +1,42 @@
+"""ScaleRL's comparison rule: |dA| > 0.02 -> higher A wins; else refit both at the mean A and compare B."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlx.scaling import fit_sigmoid, scalerl_rule
+
+C = np.linspace(0.0, 100_000.0, 101)
+KW = dict(exclude_before=1_500.0, bootstrap=50)
+
+
+def test_asymptotes_apart_decide_by_A(noisy):
+    a = ("scout", C, noisy(C, 0.710, 1.65, 4242, seed=0))  # Table 1: Scout vs ScaleRL
+    b = ("scalerl", C, noisy(C, 0.610, 1.92, 2542, seed=1))
+    v = scalerl_rule(a, b, **KW)
+    assert v.rule == "asymptote" and v.winner == "scout" and v.separable
+    assert v.B_first is None
+    assert scalerl_rule(b, a, **KW).winner == "scout"
+
+
+def test_close_asymptotes_are_refit_at_their_mean_and_decided_by_B(noisy):
+    a = ("steep", C, noisy(C, 0.610, 2.40, 2542, seed=2))
+    b = ("shallow", C, noisy(C, 0.615, 1.40, 2542, seed=3))
+    v = scalerl_rule(a, b, **KW)
+    fa, fb = fit_sigmoid(*a[1:], **KW), fit_sigmoid(*b[1:], **KW)
+    assert abs(fa.A - fb.A) <= 0.02
+    assert v.rule == "efficiency"
+    assert v.A_common == pytest.approx((fa.A + fb.A) / 2)
+    assert v.winner == "steep"
+    assert v.B_first == pytest.approx(2.40, rel=0.1) and v.B_second == pytest.approx(1.40, rel=0.1)
+    assert v.separable  # B intervals apart
+    assert "refit at A" in v.describe()
+    assert scalerl_rule(b, a, **KW).winner == "steep"
+
+
+def test_margin_is_configurable(noisy):
+    a = ("a", C, noisy(C, 0.64, 1.9, 2542, seed=4))
+    b = ("b", C, noisy(C, 0.61, 1.9, 2542, seed=5))
+    assert scalerl_rule(a, b, margin=0.02, **KW).rule == "asymptote"
+    assert scalerl_rule(a, b, margin=0.05, **KW).rule == "efficiency"
