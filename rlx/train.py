@@ -16,6 +16,7 @@ from pathlib import Path
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from rlx import algo as A
@@ -153,7 +154,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         _log(f"[resume] from {latest} (step {start_step})")
     logger = RunLogger(cfg, run_dir, run_id, start_step if latest is not None else None,
                        code_dir=HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None)
-    summary: dict = {"status": "running"}
+    summary: dict = {"status": "running", "git_sha": logger.sha, "wandb_run_id": logger.run_id}
     wall_offset = compute["gpu_hours"] * 3600.0
     t_run = time.time()
 
@@ -369,9 +370,20 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    summary = run(cfg, run_dir)
-    return float(summary["val/acc"])
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:
+        # In a sweep, one failing arm must not stop the others: its summary.json says "failed"
+        # (with the error) and the reports mark it; the traceback goes to the job's log.
+        try:
+            return float(run(cfg, run_dir)["val/acc"])
+        except Exception:
+            import traceback
+
+            traceback.print_exc()
+            _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
+            return float("nan")
+    return float(run(cfg, run_dir)["val/acc"])
 
 
 if __name__ == "__main__":
