@@ -25,7 +25,7 @@ def _jsonable(v):
     if hasattr(v, "item"):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
+        return None  # JSON has no NaN/inf: written as null
     return v
 
 

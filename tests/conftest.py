@@ -39,7 +39,7 @@ TINY = [
 def _shared_cache(tmp_path_factory):
     """One SFT-base cache for the whole session (and its subprocesses)."""
     os.environ.setdefault("RLX_CACHE", str(tmp_path_factory.mktemp("rlx_cache")))
-    os.environ.setdefault("WANDB_MODE", "disabled")
+    os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     yield
 
@@ -47,6 +47,8 @@ def _shared_cache(tmp_path_factory):
 def compose(overrides: list[str] | None = None):
     from hydra import compose as hcompose
     from hydra import initialize_config_dir
+
+    import rlx.config  # noqa: F401  (registers the schemas in the ConfigStore)
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return hcompose(config_name="config", overrides=list(overrides or []))

@@ -17,7 +17,7 @@ class ExtrapolationConfig:
     # predictor (next only): one per vector-length bucket, paper sizes
     hidden: int = 256
     epochs: int = 1000  # full-batch epochs per predictor training (one training per jump)
-    lr: float = 2e-5  # AdamW peak lr, cosine-decayed to lr * min_lr_ratio over `epochs`
+    lr: float = 1e-4  # AdamW peak lr, cosine-decayed to lr * min_lr_ratio (paper 2e-5; see docs)
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     seed: int = 0  # predictor init seed (the global RNG is never touched)

@@ -114,3 +114,20 @@ def test_hf_model_from_local_path(tmp_path):
     assert s["status"] == "finished"
     with pytest.raises(FileNotFoundError, match="config.json"):
         run_tiny(tmp_path / "run2", EASY + ["model=hf", f"model.path={tmp_path / 'nope'}"])
+
+
+def test_wandb_offline_resume_keeps_run_id(tmp_path, monkeypatch):
+    """logger.mode=offline: the run id is checkpointed and a resumed run continues the same wandb run."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    over = EASY + ["logger.mode=offline", "logger.project=rlx-test", "logger.tags=[t1]", "train.steps=3",
+                   "train.ckpt_every=1"]
+    with pytest.raises(RuntimeError, match="forced failure"):
+        run_tiny(tmp_path, over + ["train.fail_at_step=3"])
+    failed = json.loads((tmp_path / "summary.json").read_text())
+    assert failed["status"] == "failed" and failed["wandb_run_id"]
+    s = run_tiny(tmp_path, over)
+    assert s["wandb_run_id"] == failed["wandb_run_id"]
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert runs and all(r.name.endswith(failed["wandb_run_id"]) for r in runs)
+    state = torch.load(tmp_path / "ckpt/step_3/trainer_state.pt", weights_only=False)
+    assert state["wandb_run_id"] == failed["wandb_run_id"]
