@@ -1,0 +1,199 @@
+"""Triton fused dequantize + matmul for QuantLinear on GPU.
+
+out[M, N] = x[M, K] @ W[N, K]^T (+ bias), W decoded tile by tile from the packed bytes:
+each byte holds elements 2j and 2j+1 of a row, so the kernel splits x into its even and
+odd columns and runs two dots per K tile, never materializing W. Weight values are computed
+exactly as the torch path does (fp32 code value * fp32 block scale, rounded once to x's
+dtype), so only the accumulation order differs. Tested on CPU with TRITON_INTERPRET=1; there the
+dots run on fp32-upcast operands (the interpreter's bf16 dot is wrong), which gives the same
+products since bf16/fp16 values are exact in fp32.
+"""
+
+import os
+
+import torch
+from torch import Tensor
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - triton is optional on CPU
+    triton = None
+    tl = None
+
+from rlx.quant.fp4 import e2m1_lut
+from rlx.quant.nf4 import BLOCK as NF4_BLOCK
+from rlx.quant.nf4 import nf4_absmax, nf4_values
+from rlx.quant.tensor import QuantizedTensor
+
+# format id, elements per scale, element 2j in the high nibble, scale blocks run over the flattened weight
+_FORMAT_IDS = {"nvfp4": (0, 16, False, False), "mxfp4": (1, 32, False, False), "nf4": (2, NF4_BLOCK, True, True)}
+
+
+def available() -> bool:
+    return triton is not None
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+if triton is not None:
+
+    @triton.jit
+    def _decode_e4m3(bits):
+        """uint8 fp8 e4m3 bit patterns (positive) -> fp32."""
+        b = bits.to(tl.int32)
+        exp = (b >> 3) & 0xF
+        man = b & 0x7
+        normal = (((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)
+        subnormal = man.to(tl.float32) * 0.001953125  # m * 2^-9
+        return tl.where(exp == 0, subnormal, normal)
+
+    @triton.jit
+    def _decode_e8m0(bits):
+        """uint8 biased exponents -> fp32 2^(e-127)."""
+        b = bits.to(tl.int32)
+        normal = (b << 23).to(tl.float32, bitcast=True)
+        return tl.where(b == 0, 5.877471754111438e-39, normal)
+
+    @triton.jit
+    def _round_to_bf16(f):
+        """fp32 -> fp32 holding the round-to-nearest-even bf16 value, so the later .to(bf16) is exact
+        (the CPU interpreter truncates in fp32 -> bf16 casts; on GPU this equals the native cast)."""
+        b = f.to(tl.int32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & -65536
+        return b.to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _quant_matmul_kernel(
+        x_ptr, packed_ptr, scale_ptr, gscale_ptr, lut_ptr, bias_ptr, out_ptr,
+        M, N, K,
+        stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_om, stride_on,
+        FMT: tl.constexpr, GROUP: tl.constexpr, HIGH_FIRST: tl.constexpr, FLAT_SCALE: tl.constexpr,
+        HAS_BIAS: tl.constexpr, UPCAST_DOT: tl.constexpr, BF16: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KH: tl.constexpr,
+    ):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        mask_m = rm < M
+        mask_n = rn < N
+        half_k = K // 2
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if FMT == 0:
+            gscale = tl.load(gscale_ptr)
+        for kh0 in range(0, half_k, BLOCK_KH):
+            kh = kh0 + tl.arange(0, BLOCK_KH)  # byte columns [BKH]
+            mask_k = kh < half_k
+            w_mask = mask_n[:, None] & mask_k[None, :]
+            packed = tl.load(packed_ptr + rn[:, None] * stride_pn + kh[None, :] * stride_pk, mask=w_mask, other=0)
+            low = (packed & 0xF).to(tl.int32)
+            high = ((packed >> 4) & 0xF).to(tl.int32)
+            if HIGH_FIRST:
+                first = high
+                second = low
+            else:
+                first = low
+                second = high
+            v_even = tl.load(lut_ptr + first)  # fp32 [BN, BKH], element 2j
+            v_odd = tl.load(lut_ptr + second)  # element 2j+1
+            if FLAT_SCALE:  # nf4: 64-blocks of the row-major flattened weight
+                s_offsets = (rn[:, None] * K + 2 * kh[None, :]) // GROUP
+            else:
+                s_offsets = rn[:, None] * stride_sn + ((2 * kh) // GROUP)[None, :] * stride_sk
+            s_raw = tl.load(scale_ptr + s_offsets, mask=w_mask, other=0)
+            if FMT == 0:
+                scale = tl.div_rn(_decode_e4m3(s_raw), gscale)
+            elif FMT == 1:
+                scale = _decode_e8m0(s_raw)
+            else:
+                scale = s_raw
+            x_even = tl.load(
+                x_ptr + rm[:, None] * stride_xm + (2 * kh)[None, :] * stride_xk,
+                mask=mask_m[:, None] & mask_k[None, :], other=0.0,
+            )
+            x_odd = tl.load(
+                x_ptr + rm[:, None] * stride_xm + (2 * kh + 1)[None, :] * stride_xk,
+                mask=mask_m[:, None] & mask_k[None, :], other=0.0,
+            )
+            w_even = v_even * scale  # fp32, exactly what the torch dequantize computes
+            w_odd = v_odd * scale
+            if BF16:
+                w_even = _round_to_bf16(w_even)
+                w_odd = _round_to_bf16(w_odd)
+            w_even = w_even.to(x_even.dtype)
+            w_odd = w_odd.to(x_odd.dtype)
+            if UPCAST_DOT:  # fp32 inputs or the CPU interpreter (whose bf16 dot is wrong): exact fp32 products
+                acc += tl.dot(x_even.to(tl.float32), tl.trans(w_even.to(tl.float32)), input_precision="ieee")
+                acc += tl.dot(x_odd.to(tl.float32), tl.trans(w_odd.to(tl.float32)), input_precision="ieee")
+            else:  # bf16/fp16 tensor-core dot, fp32 accumulation
+                acc += tl.dot(x_even, tl.trans(w_even))
+                acc += tl.dot(x_odd, tl.trans(w_odd))
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        if BF16:
+            acc = _round_to_bf16(acc)
+        out_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+def _kernel_operands(qt: QuantizedTensor, device: torch.device):
+    """(scale tensor, global-scale tensor, 16-entry fp32 lut) in the form the kernel reads."""
+    if qt.fmt == "nvfp4":
+        return qt.scale.view(torch.uint8), qt.global_scale, e2m1_lut(device)
+    if qt.fmt == "mxfp4":
+        return qt.scale, qt.scale, e2m1_lut(device)
+    if qt.fmt == "nf4":
+        absmax = nf4_absmax(qt).to(torch.float32).contiguous()  # [ceil(N*K/64)], plain or double-quantized
+        return absmax.view(-1, 1), absmax, nf4_values(device)
+    raise ValueError(f"no triton kernel for format {qt.fmt!r}")
+
+
+def quant_matmul(x: Tensor, qt: QuantizedTensor, bias: Tensor | None = None) -> Tensor:
+    """x [..., K] -> [..., N] with the fused kernel (no autograd; see quant_linear)."""
+    if triton is None:
+        raise RuntimeError("triton is not importable")
+    n, k = qt.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"input has {x.shape[-1]} features, the quantized weight expects {k}")
+    x2 = x.reshape(-1, k)  # [M, K]
+    m = x2.shape[0]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    fmt_id, group, high_first, flat_scale = _FORMAT_IDS[qt.fmt]
+    scale, gscale, lut = _kernel_operands(qt, x.device)
+    block_m = 16 if m <= 16 else 64
+    block_n, block_kh = 64, 32
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
+    _quant_matmul_kernel[grid](
+        x2, qt.packed, scale, gscale, lut, bias if bias is not None else out, out,
+        m, n, k,
+        x2.stride(0), x2.stride(1), qt.packed.stride(0), qt.packed.stride(1),
+        scale.stride(0), scale.stride(1), out.stride(0), out.stride(1),
+        FMT=fmt_id, GROUP=group, HIGH_FIRST=high_first, FLAT_SCALE=flat_scale, HAS_BIAS=bias is not None,
+        UPCAST_DOT=x.dtype == torch.float32 or _interpreting(), BF16=x.dtype == torch.bfloat16,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_KH=block_kh,
+    )
+    return out.reshape(*x.shape[:-1], n)
+
+
+class _QuantLinearFn(torch.autograd.Function):
+    """Forward with the fused kernel; backward dx = dy @ W (W dequantized in torch). W and bias are frozen."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, qt: QuantizedTensor, bias: Tensor | None) -> Tensor:
+        ctx.qt = qt
+        return quant_matmul(x, qt, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        weight = ctx.qt.dequantize(grad_out.dtype)  # [N, K]
+        return grad_out @ weight, None, None
+
+
+def quant_linear(x: Tensor, qt: QuantizedTensor, bias: Tensor | None = None) -> Tensor:
+    """Differentiable (w.r.t. x) fused quantized linear."""
+    if bias is not None:
+        bias = bias.to(x.dtype)
+    return _QuantLinearFn.apply(x, qt, bias)
