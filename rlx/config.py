@@ -37,6 +37,10 @@ class SFTConfig:
     batch_size: int = 64
     lr: float = 3e-3
     warmup_steps: int = 20
+    # Imperfect demonstrator: this fraction of SFT demonstrations write `demo_prefix` before the
+    # answer (a verbose habit the exact-answer verifier rejects and RL has to unlearn). 0 = clean.
+    demo_prefix: str = "x="
+    demo_prefix_frac: float = 0.0
 
 
 @dataclass

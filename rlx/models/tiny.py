@@ -46,8 +46,15 @@ def cache_key(model_cfg, task_cfg, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def demonstration(target: str, sloppy: bool, prefix: str) -> str:
+    """The SFT target as the (possibly imperfect) demonstrator writes it: `prefix + target` when sloppy."""
+    return prefix + target if sloppy else target
+
+
 def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     """Teacher-forced cross-entropy on prompt -> target completion (+eos) of the training split."""
+    if not 0.0 <= sft_cfg.demo_prefix_frac <= 1.0:
+        raise ValueError(f"model.sft.demo_prefix_frac must be in [0, 1], got {sft_cfg.demo_prefix_frac}")
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=sft_cfg.lr, weight_decay=0.0)
     total = sft_cfg.steps
@@ -61,7 +68,9 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     for step in range(total):
         idx = torch.randint(len(data), (sft_cfg.batch_size,), generator=g).tolist()
         prompts = [tok(data[i].prompt, add_special_tokens=False).input_ids for i in idx]
-        targets = [tok(data[i].target, add_special_tokens=False).input_ids + [tok.eos_token_id] for i in idx]
+        sloppy = (torch.rand(len(idx), generator=g) < sft_cfg.demo_prefix_frac).tolist()
+        targets = [tok(demonstration(data[i].target, f, sft_cfg.demo_prefix), add_special_tokens=False).input_ids
+                   + [tok.eos_token_id] for i, f in zip(idx, sloppy)]
         P = max(len(p) for p in prompts)
         T = max(len(t) for t in targets)
         ids = torch.full((len(idx), P + T), tok.pad_token_id)
