@@ -377,10 +377,13 @@ def main(cfg: DictConfig) -> float:
         # (with the error) and the reports mark it; the traceback goes to the job's log.
         try:
             return float(run(cfg, run_dir)["val/acc"])
-        except Exception:
+        except Exception as e:
             import traceback
 
             traceback.print_exc()
+            summary = run_dir / "summary.json"
+            if not summary.exists():  # died while building, before run() could write its summary
+                summary.write_text(json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))
             _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
             return float("nan")
     return float(run(cfg, run_dir)["val/acc"])

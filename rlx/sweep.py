@@ -1,0 +1,76 @@
+"""`python -m rlx.sweep NAME [overrides...]`: run one paper table's sweep, then its report.
+
+A thin launcher over the one-command form
+    python -m rlx.train -m --config-dir sweeps --config-name NAME [overrides...]
+that works from any directory (it finds the repository's sweeps/), fixes the sweep directory up
+front (outputs/sweeps/NAME/<timestamp> under the current directory, unless the overrides give
+hydra.sweep.dir) and runs `python -m rlx.report` on it at the end. `--list` prints the sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
+
+
+def available(sweeps_dir: Path = SWEEPS_DIR) -> dict[str, str]:
+    """{sweep name: the first line of its header comment}, for every sweeps/*.yaml."""
+    out = {}
+    for path in sorted(sweeps_dir.glob("*.yaml")):
+        first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+        out[path.stem] = first
+    return out
+
+
+def train_command(name: str, overrides: list[str], sweeps_dir: Path = SWEEPS_DIR) -> list[str]:
+    """The `python -m rlx.train -m ...` argv that runs sweep `name` with extra overrides."""
+    return [sys.executable, "-m", "rlx.train", "-m", "--config-dir", str(sweeps_dir), "--config-name", name,
+            *overrides]
+
+
+def sweep_dir_of(name: str, overrides: list[str]) -> tuple[str, list[str]]:
+    """(the sweep directory, the overrides with hydra.sweep.dir set): the given one, else a new timestamp."""
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key.lstrip("+") == "hydra.sweep.dir":
+            return value, overrides
+    path = f"outputs/sweeps/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    return path, [*overrides, f"hydra.sweep.dir={path}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlx.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("name", nargs="?", help="a sweep: the stem of sweeps/<name>.yaml")
+    parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides for every job")
+    parser.add_argument("--list", action="store_true", help="list the sweeps and exit")
+    parser.add_argument("--no-report", action="store_true", help="do not run rlx.report at the end")
+    args = parser.parse_args(argv)
+    sweeps = available()
+    if args.list or not args.name:
+        for name, doc in sweeps.items():
+            print(f"{name:16s} {doc}")
+        return 0
+    if args.name not in sweeps:
+        parser.error(f"unknown sweep {args.name!r}; choose one of {', '.join(sweeps)}")
+    sweep_dir, overrides = sweep_dir_of(args.name, list(args.overrides))
+    cmd = train_command(args.name, overrides)
+    print("+ " + " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd).returncode
+    if rc != 0:
+        print(f"[sweep] rlx.train exited with {rc}", file=sys.stderr)
+        return rc
+    if args.no_report:
+        print(f"[sweep] report: python -m rlx.report {sweep_dir}")
+        return 0
+    from rlx.report import main as report_main
+
+    return report_main([sweep_dir])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

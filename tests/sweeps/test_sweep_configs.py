@@ -1,0 +1,174 @@
+"""Every sweep file (every job of it) and every paper-scale experiment composes and validates."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlx.config import register_configs
+from tests.conftest import compose
+from tests.sweeps.sweep_helpers import EXPERIMENTS, SWEEP_NAMES, compose_sweep, composed_job, sweep_axes, sweep_jobs
+
+register_configs()  # the schema every config composes onto
+
+PATHS = ["model.path=/models/m", "task.train_path=/data/train.jsonl", "task.eval_path=/data/eval.jsonl"]
+
+
+def validate(cfg) -> None:
+    """What rlx.train checks before it builds a model: schema (at compose), no missing value, each part's own check."""
+    from rlx import algo as A
+    from rlx.extrapolation import build_extrapolator
+    from rlx.noise import build_noise
+    from rlx.quant.formats import get_format
+    from rlx.scaling.runs import as_config
+    from rlx.tasks import REWARDS
+
+    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    A.check_config(cfg.algo)
+    build_noise(cfg.noise, cfg.train.steps, cfg.seed)
+    build_extrapolator(cfg.extrapolation, cfg.train.steps)
+    as_config(cfg.scaling)
+    if cfg.quant.format != "none":
+        get_format(cfg.quant.format)
+    assert set(cfg.task.rewards) <= set(REWARDS), cfg.task.rewards
+    assert cfg.model.source in ("tiny", "hf")
+
+
+def test_the_five_paper_tables_have_a_sweep_file():
+    assert SWEEP_NAMES == ["next_table", "qerl_speed", "qerl_table1", "scalerl_loo", "scalerl_losses"]
+
+
+@pytest.mark.parametrize("name", SWEEP_NAMES)
+def test_every_job_of_every_sweep_composes_and_validates(name):
+    cfg = compose_sweep(name, hydra=True)
+    assert cfg.logger.group == name  # wandb runs grouped by the sweep's name
+    assert cfg.hydra.sweep.dir.startswith(f"outputs/sweeps/{name}/")
+    assert len(sweep_jobs(name, all_seeds=True)) >= 5
+    for job in sweep_jobs(name):  # every arm (the seed axis only reseeds)
+        validate(composed_job(name, tuple(job)))
+
+
+@pytest.mark.parametrize("launcher,target", [("joblib", "JoblibLauncher"), ("submitit_slurm", "SlurmLauncher")])
+def test_sweeps_compose_with_the_launchers(launcher, target):
+    cfg = compose_sweep("scalerl_loo", [f"hydra/launcher={launcher}"], hydra=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
+    assert cfg.hydra.sweeper.params.loo_arm.startswith("scalerl,")  # the sweep's axes survive
+
+
+def _jobs(name: str):
+    return [(job, composed_job(name, tuple(job))) for job in sweep_jobs(name)]
+
+
+def test_qerl_table1_arms_are_the_papers_columns():
+    cols = {(c.quant.format, c.noise.type, c.train.steps > 0) for _, c in _jobs("qerl_table1")}
+    formats = {"none", "nf4", "mxfp4", "nvfp4"}
+    expected = {(f, "none", False) for f in formats} | {(f, "none", True) for f in formats} | {("nvfp4", "aqn", True)}
+    assert cols == expected
+    assert set(sweep_axes("qerl_table1")["seed"]) == {"0", "1", "2"}
+    for _, c in _jobs("qerl_table1"):
+        assert c.algo.name == "grpo"
+        if c.quant.format == "nf4":
+            assert c.quant.double_quant  # QLoRA
+        if c.noise.type == "aqn":  # QeRL Table 4 schedule
+            assert (c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (1e-2, 5e-4, 10)
+
+
+def test_qerl_speed_covers_every_format_at_batch_2_and_8():
+    got = {(c.quant.format, c.rollout.prompts_per_step * c.rollout.group_size) for _, c in _jobs("qerl_speed")}
+    assert got == {(f, b) for f in ("none", "nf4", "mxfp4", "nvfp4") for b in (2, 8)}
+
+
+def test_next_table_arms_none_at_n_and_1_6n_and_jumps_before_n():
+    arms = {}
+    for job, c in _jobs("next_table"):
+        arms[dict(o.split("=") for o in job)["next_arm"]] = c
+    n = arms["none_n"].train.steps
+    assert arms["none_long"].train.steps == round(1.6 * n)
+    assert {a: c.extrapolation.type for a, c in arms.items()} == {
+        "none_n": "none", "none_long": "none", "linear": "linear", "next": "next"}
+    for arm in ("linear", "next"):
+        c = arms[arm]
+        assert c.train.steps == n
+        assert list(c.extrapolation.extend_at) == [round(0.6 * n)]  # the paper's jump at 150 of 250
+        assert c.extrapolation.alpha == 1.5
+    nxt = arms["next"].extrapolation
+    assert nxt.horizon / n == pytest.approx(50 / 250) and nxt.interval / n == pytest.approx(10 / 250)
+
+
+def test_scalerl_losses_compares_the_five_losses_with_sigmoid_fits():
+    cfgs = [c for _, c in _jobs("scalerl_losses")]
+    assert {c.algo.name for c in cfgs} == {"grpo", "dapo", "cispo", "gspo", "scalerl"}
+    assert {c.algo.loss for c in cfgs} == {"ppo_clip", "cispo", "gspo"}
+    for c in cfgs:
+        assert c.scaling.fit == "sigmoid" and c.scaling.metric == "val/mean_at_k"
+        assert c.train.steps // c.train.eval_every >= 2 * c.scaling.min_points  # enough points to fit
+
+
+# each leave-one-out arm must differ from the full recipe in exactly its component (ScaleRL section 4)
+LOO_COMPONENT = {
+    "loss_ppo_clip": {"loss": "ppo_clip", "eps_high": 0.28},
+    "agg_sample": {"aggregation": "sample"},
+    "adv_group": {"adv_norm": "group"},
+    "no_zero_var_filter": {"zero_variance_filter": False},
+    "no_pos_resampling": {"no_positive_resampling": False},
+    "no_fp32_head": {"fp32_lm_head": False},
+}
+
+
+def test_scalerl_loo_reverts_exactly_one_component_per_arm():
+    algos = {}
+    for job, c in _jobs("scalerl_loo"):
+        algos[dict(o.split("=") for o in job)["loo_arm"]] = OmegaConf.to_container(c.algo)
+    full = algos.pop("scalerl")
+    assert (full["loss"], full["aggregation"], full["adv_norm"]) == ("cispo", "prompt", "batch")
+    assert full["zero_variance_filter"] and full["no_positive_resampling"] and full["fp32_lm_head"]
+    assert set(algos) == set(LOO_COMPONENT)
+    for arm, algo in algos.items():
+        diff = {k: v for k, v in algo.items() if full[k] != v}
+        assert diff == LOO_COMPONENT[arm], arm
+
+
+def test_experiments_exist():
+    assert EXPERIMENTS == ["next_qwen2.5_7b", "qerl_gsm8k_7b", "scalerl_8b"]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_composes_validates_and_needs_only_paths(name):
+    bare = compose([f"experiment={name}"])
+    # the user supplies the model and data paths (`???` in the file; unset after merging onto the schema)
+    for key in ("model.path", "task.train_path", "task.eval_path"):
+        assert OmegaConf.select(bare, key, default=None) in (None, "???"), key
+    cfg = compose([f"experiment={name}", *PATHS])
+    validate(cfg)
+    assert cfg.model.source == "hf" and cfg.model.dtype == "bfloat16" and cfg.task.name == "jsonl"
+    assert cfg.logger.group == name
+
+
+def test_qerl_experiment_has_the_papers_recipe():
+    c = compose(["experiment=qerl_gsm8k_7b", *PATHS])  # PAPERS.md: QeRL Table 4
+    assert (c.quant.format, c.noise.type, c.algo.loss) == ("nvfp4", "aqn", "ppo_clip")
+    assert c.rollout.group_size == 8 and c.rollout.group_size * c.rollout.prompts_per_step == 128
+    assert (c.model.lora.r, c.model.lora.alpha) == (32, 32) and c.algo.lr == 1e-5
+    assert (c.algo.eps_low, c.algo.eps_high, c.algo.beta) == (0.2, 0.28, 0.0)
+    assert (c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (1e-2, 5e-4, 10)
+    assert c.rollout.temperature == 1.0
+
+
+def test_next_experiment_has_the_papers_recipe():
+    c = compose(["experiment=next_qwen2.5_7b", *PATHS])  # PAPERS.md: NExt
+    e = c.extrapolation
+    assert (e.type, e.interval, e.horizon, list(e.extend_at), e.alpha) == ("next", 10, 50, [150], 1.5)
+    assert (e.hidden, e.epochs) == (256, 1000)
+    assert c.train.steps == 250 and (c.model.lora.r, c.model.lora.alpha) == (64, 32) and c.algo.lr == 5e-6
+    assert c.rollout.group_size == 8 and c.rollout.temperature == 1.0
+
+
+def test_scalerl_experiment_has_the_papers_recipe():
+    c = compose(["experiment=scalerl_8b", *PATHS])  # PAPERS.md: ScaleRL
+    a = c.algo
+    assert (a.loss, a.aggregation, a.adv_norm, a.beta) == ("cispo", "prompt", "batch", 0.0)
+    assert a.zero_variance_filter and a.no_positive_resampling and a.fp32_lm_head and a.pass_rate_threshold == 0.9
+    assert c.rollout.group_size == 16 and c.rollout.eval_k == 16 and c.task.n_eval == 1000
+    s = c.scaling
+    assert (s.fit, s.compute, s.metric, s.exclude_before, s.fit_fraction) == (
+        "sigmoid", "gpu_hours", "val/mean_at_k", 1500, 0.5)

@@ -1,0 +1,82 @@
+"""The QeRL sweeps, launched with their one command at smoke size; rlx.report on the real outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlx import report as R
+from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
+from tests.sweeps.test_report import table_row
+
+QERL_ARMS = ["base_none", "base_nf4", "base_mxfp4", "base_nvfp4", "lora_none", "lora_nf4", "lora_mxfp4",
+             "lora_nvfp4", "lora_nvfp4_aqn"]
+
+
+@pytest.fixture(scope="module")
+def qerl_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qerl_table1")
+    run_sweep("qerl_table1", root, SMOKE + BATCH + ["seed=0", "train.steps=2"])
+    return root
+
+
+def test_qerl_table1_runs_every_arm(qerl_sweep):
+    import yaml
+
+    jobs = job_dirs(qerl_sweep)
+    assert [overrides(j)["qerl_arm"] for j in jobs] == QERL_ARMS
+    for job in jobs:
+        s = summary(job)
+        assert s["status"] == "finished", (job, s)
+        cfg = yaml.safe_load((job / ".hydra/config.yaml").read_text())
+        arm = overrides(job)["qerl_arm"]
+        assert cfg["quant"]["format"] == arm.split("_")[1]
+        assert cfg["noise"]["type"] == ("aqn" if arm.endswith("aqn") else "none")
+        assert cfg["logger"]["group"] == "qerl_table1"
+        steps = [json.loads(x)["step"] for x in (job / "metrics.jsonl").read_text().splitlines()]
+        assert steps == [0, 1, 2]
+
+
+def test_report_renders_the_table_and_curves_of_a_real_sweep(qerl_sweep, capsys):
+    assert R.main([str(qerl_sweep)]) == 0
+    md = (qerl_sweep / "report.md").read_text()
+    assert md in capsys.readouterr().out
+    header = table_row(md, "model")
+    ours = dict(zip(header, table_row(md, "rlx tiny (this sweep)")))
+    labels = dict(zip(QERL_ARMS, header[1:5] + header[6:]))
+    for job in job_dirs(qerl_sweep):  # every cell is the job's own summary.json number
+        arm, s = overrides(job)["qerl_arm"], summary(job)
+        value = s["val/acc_base"] if arm.startswith("base") else s["val/acc"]
+        assert ours[labels[arm]] == f"{100 * value:.1f} (n=1)", arm
+        assert f"| {job.name} | {arm} | 0 | finished |" in md
+    assert "python -m rlx.train -m --config-dir sweeps --config-name qerl_table1" in md
+    from matplotlib.image import imread
+
+    img = imread(qerl_sweep / "report_curves.png")  # [H, W, 4]
+    assert img.shape[0] > 200 and img.shape[1] > 600 and img[..., :3].std() > 0.05
+
+
+def test_a_failing_arm_does_not_stop_the_others_and_is_marked_failed(tmp_path):
+    # lora_nvfp4_aqn dies while building (noise.stages=0 is rejected, only AQN reads it), lora_nvfp4
+    # hits train.fail_at_step=2 mid-run, base_none (0 steps) finishes after both.
+    # launched as a real `python -m rlx.train -m ...` process: the sweep survives its failing jobs
+    run_sweep("qerl_table1", tmp_path, SMOKE + BATCH + [
+        "qerl_arm=lora_nvfp4_aqn,lora_nvfp4,base_none", "seed=0", "train.fail_at_step=2", "noise.stages=0"],
+        in_process=False)
+    aqn, lora, base = job_dirs(tmp_path)
+    assert not (aqn / "metrics.jsonl").exists()  # died before its first evaluation
+    assert summary(aqn) is None or summary(aqn)["status"] == "failed"
+    s = summary(lora)
+    assert s["status"] == "failed" and "fail_at_step=2" in s["error"]
+    assert [json.loads(x)["step"] for x in (lora / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    s = summary(base)
+    assert s["status"] == "finished" and s["steps"] == 0 and s["val/acc"] == s["val/acc_base"]
+
+    md, _ = R.build_report(tmp_path, plots=False)
+    ours = dict(zip(table_row(md, "model"), table_row(md, "rlx tiny (this sweep)")))
+    assert ours["NVFP4 LoRA"] == "failed (1)" and ours["NVFP4 LoRA + AQN"] == "failed (1)"
+    assert ours["16-bit base"] == f"{100 * s['val/acc_base']:.1f} (n=1)"
+    assert ("| 0 | lora_nvfp4_aqn | 0 | incomplete |" in md) or ("| 0 | lora_nvfp4_aqn | 0 | failed |" in md)
+    assert "| 1 | lora_nvfp4 | 0 | failed |" in md and "forced failure" in md
+    assert "2 not finished (marked failed below)" in md
