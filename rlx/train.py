@@ -171,6 +171,19 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             "extrapolator": extrap.state_dict() if extrap is not None else None, "compute": dict(compute),
         })
 
+    def sample_and_generate(n: int, step: int, m: dict | None = None):
+        """n training prompts -> G completions each, under AQN noise when configured (restored after)."""
+        examples = task.sample(n, skip=curriculum.is_retired if curriculum is not None else None)
+        if noise is not None:
+            noise_metrics = noise.apply(model, step)
+            if m is not None:
+                m.update(noise_metrics)
+        try:
+            return examples, rollout.generate(model, [e.prompt for e in examples], G, gen)
+        finally:
+            if noise is not None:
+                noise.restore(model)
+
     progress = None
     exit_code = 1
     try:
@@ -198,14 +211,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             t_gen = time.time()
 
             # ---- rollout: AQN noise is on the sampling policy only (QeRL) --------------------------
-            examples = task.sample(B, skip=curriculum.is_retired if curriculum is not None else None)
-            if noise is not None:
-                m.update(noise.apply(model, step))
-            try:
-                batch = rollout.generate(model, [e.prompt for e in examples], G, gen)
-            finally:
-                if noise is not None:
-                    noise.restore(model)
+            examples, batch = sample_and_generate(B, step, m)
             per_fn, rewards, passed = _score(task, cfg, examples, batch)
             zero_var = A.zero_variance_groups(rewards, batch.group)  # [N] bool
             m["train/frac_reward_zero_std"] = zero_var.float().view(-1, G)[:, 0].mean().item()
@@ -226,24 +232,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             # ---- batch shaping (DAPO dynamic sampling / ScaleRL zero-variance filter) ------------
             if cfg.algo.dynamic_sampling:
                 keep = ~zero_var
-                parts, part_rewards, part_examples, offset, rounds, refilled = [batch.select(keep)], [rewards[keep]], list(examples), len(examples), 0, 0
+                parts, part_rewards, offset, rounds, refilled = [batch.select(keep)], [rewards[keep]], len(examples), 0, 0
                 have = int(keep.sum()) // G
                 while have < B and rounds < cfg.algo.max_resample_rounds:
                     rounds += 1
-                    extra = task.sample(B - have, skip=curriculum.is_retired if curriculum is not None else None)
-                    if noise is not None:
-                        noise.apply(model, step)
-                    try:
-                        more = rollout.generate(model, [e.prompt for e in extra], G, gen)
-                    finally:
-                        if noise is not None:
-                            noise.restore(model)
+                    extra, more = sample_and_generate(B - have, step)
                     _, r2, _ = _score(task, cfg, extra, more)
                     gen_tokens += int(more.completion_mask.sum())
                     k2 = ~A.zero_variance_groups(r2, more.group)
                     more.group = more.group + offset
                     offset += len(extra)
-                    part_examples += extra
                     parts.append(more.select(k2))
                     part_rewards.append(r2[k2])
                     refilled += int(k2.sum()) // G
