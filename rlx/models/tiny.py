@@ -68,7 +68,8 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     for step in range(total):
         idx = torch.randint(len(data), (sft_cfg.batch_size,), generator=g).tolist()
         prompts = [tok(data[i].prompt, add_special_tokens=False).input_ids for i in idx]
-        sloppy = (torch.rand(len(idx), generator=g) < sft_cfg.demo_prefix_frac).tolist()
+        sloppy = ((torch.rand(len(idx), generator=g) < sft_cfg.demo_prefix_frac).tolist()
+                  if sft_cfg.demo_prefix_frac > 0 else [False] * len(idx))  # clean: no draw
         targets = [tok(demonstration(data[i].target, f, sft_cfg.demo_prefix), add_special_tokens=False).input_ids
                    + [tok.eos_token_id] for i, f in zip(idx, sloppy)]
         P = max(len(p) for p in prompts)
