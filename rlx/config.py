@@ -64,7 +64,7 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    """`name` is a registered task: arith | multiply | countdown | jsonl."""
+    """`name` is a registered task: arith | multiply | jsonl."""
 
     name: str = "arith"
     seed: int = 1234  # data seed (independent from the run seed)
@@ -123,7 +123,6 @@ class LoggerConfig:
     group: Optional[str] = None
     name: Optional[str] = None
     tags: list[str] = field(default_factory=list)
-    jsonl: bool = True
 
 
 @dataclass

@@ -38,7 +38,6 @@ class RunLogger:
             raise ValueError(f"logger.mode: '{lc.mode}' is not one of {MODES}")
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
-        self.enabled_jsonl = lc.jsonl
         if resume_step is not None and self.path.exists():
             self._truncate_after(resume_step)
         self.sha = git_sha(code_dir)
@@ -66,9 +65,8 @@ class RunLogger:
 
     def log(self, metrics: dict, step: int) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        if self.enabled_jsonl:
-            with self.path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+        with self.path.open("a") as f:  # every metric, always: the scaling fits and reports read it
+            f.write(json.dumps(row) + "\n")
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 

@@ -23,7 +23,7 @@ from rlx import algo as A
 from rlx.checkpoint import Checkpointer, rng_state, set_rng_state
 from rlx.config import register_configs
 from rlx.extrapolation import build_extrapolator
-from rlx.logging import RunLogger
+from rlx.logging import RunLogger, read_metrics
 from rlx.models import build_policy, token_logprobs
 from rlx.noise import build_noise
 from rlx.rollout import build_rollout
@@ -196,9 +196,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             if extrap is not None:
                 extrap.observe(model, 0, opt)
         else:
-            summary["val/acc_base"] = next(
-                (r["val/acc"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["step"] == 0),
-                float("nan"))
+            summary["val/acc_base"] = next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan"))
         if cfg.train.progress:
             from tqdm import tqdm
 
@@ -338,8 +336,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 save(step)
 
-        final = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines() if r.strip()]
-        last_eval = [r for r in final if "val/acc" in r][-1]
+        last_eval = [r for r in read_metrics(run_dir) if "val/acc" in r][-1]
         summary.update({"status": "finished", "val/acc": last_eval["val/acc"], "val/mean_at_k": last_eval.get("val/mean_at_k"),
                         "steps": cfg.train.steps, **{k: v for k, v in compute_now().items()}})
         if cfg.scaling.fit != "none":
