@@ -31,8 +31,12 @@ class LoraConfig:
 
 @dataclass
 class SFTConfig:
-    """Warm start of the tiny model on the task's own training split (cached on disk)."""
+    """Warm start of the tiny model on the task's own training split (cached on disk).
 
+    `seed` fixes the SFT base (its init and data order) independently of the run seed, so the
+    seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
+
+    seed: int = 0
     steps: int = 300
     batch_size: int = 64
     lr: float = 3e-3

@@ -36,7 +36,7 @@ def load_hf(model_cfg, log=print):
 def load_base(cfg, task, log=print):
     """(model, tokenizer) of the base policy before quantization and LoRA."""
     if cfg.model.source == "tiny":
-        model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, cfg.seed, log)
+        model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, log)
         return model, tok
     if cfg.model.source == "hf":
         return load_hf(cfg.model, log)

@@ -1,5 +1,5 @@
 """The default policy: a tiny Qwen2 built from a config, warm-started by a short SFT on the task's
-training split, and cached on disk keyed by (model config, task config, seed)."""
+training split, and cached on disk keyed by (model config incl. the SFT seed, task config)."""
 
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ def tiny_config(cfg, vocab_size: int, tok) -> Qwen2Config:
     )
 
 
-def cache_key(model_cfg, task_cfg, seed: int) -> str:
+def cache_key(model_cfg, task_cfg) -> str:
     m = OmegaConf.to_container(model_cfg, resolve=False) if OmegaConf.is_config(model_cfg) else dict(model_cfg)
     m = {k: v for k, v in m.items() if k not in ("lora", "cache_dir", "path", "dtype")}
     t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
-    blob = json.dumps({"v": CACHE_VERSION, "model": m, "task": t, "seed": seed}, sort_keys=True)
+    blob = json.dumps({"v": CACHE_VERSION, "model": m, "task": t}, sort_keys=True)  # model.sft.seed is in m
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -96,20 +96,21 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     return {"sft/final_loss": loss_v}
 
 
-def load_or_build_tiny(model_cfg, task_cfg, task, seed: int, log=print):
-    """The SFT-warm-started tiny base for (model config, task config, seed), built once and cached."""
+def load_or_build_tiny(model_cfg, task_cfg, task, log=print):
+    """The SFT-warm-started tiny base for (model config, task config), built once and cached."""
     tok = build_char_tokenizer()
-    key = cache_key(model_cfg, task_cfg, seed)
+    key = cache_key(model_cfg, task_cfg)
     cache = Path(model_cfg.cache_dir).expanduser() / f"tiny-{key}"
     if not (cache / "config.json").is_file():
-        _build_and_publish(model_cfg, task, seed, tok, cache, key, log)
+        _build_and_publish(model_cfg, task, tok, cache, key, log)
     log(f"[model] tiny base from cache {cache}")
     # Always the saved copy, so a fresh run and a resumed one start from bitwise the same base.
     model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)
     return model.eval(), tok, cache
 
 
-def _build_and_publish(model_cfg, task, seed, tok, cache: Path, key: str, log) -> None:
+def _build_and_publish(model_cfg, task, tok, cache: Path, key: str, log) -> None:
+    seed = model_cfg.sft.seed
     log(f"[model] building tiny base (cache miss) -> {cache}")
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(tiny_config(model_cfg, len(tok), tok))
