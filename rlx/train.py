@@ -110,6 +110,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     A.check_config(cfg.algo)
+    for key in ("eval_every", "ckpt_every"):
+        if cfg.train[key] < 1:
+            raise ValueError(f"train.{key} must be >= 1, got {cfg.train[key]}")
+    if cfg.train.steps < 0:
+        raise ValueError(f"train.steps must be >= 0, got {cfg.train.steps}")
+    if cfg.train.resume not in ("auto", "never"):
+        raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
     if cfg.train.threads > 0:
         torch.set_num_threads(cfg.train.threads)
     _seed_everything(cfg.seed)
@@ -137,8 +144,6 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     start_step, run_id = 0, None
     compute = {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0}
     latest = ckpt.latest() if cfg.train.resume == "auto" else None
-    if cfg.train.resume not in ("auto", "never"):
-        raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
     if latest is not None:
         st = Checkpointer.load(latest, model)
         opt.load_state_dict(st["optimizer"])

@@ -131,3 +131,10 @@ def test_wandb_offline_resume_keeps_run_id(tmp_path, monkeypatch):
     assert runs and all(r.name.endswith(failed["wandb_run_id"]) for r in runs)
     state = torch.load(tmp_path / "ckpt/step_3/trainer_state.pt", weights_only=False)
     assert state["wandb_run_id"] == failed["wandb_run_id"]
+
+
+@pytest.mark.parametrize("override,key", [("train.eval_every=0", "train.eval_every"), ("train.ckpt_every=0", "train.ckpt_every"),
+                                          ("train.steps=-1", "train.steps"), ("train.resume=maybe", "train.resume")])
+def test_bad_train_settings_name_the_key(tmp_path, override, key):
+    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+        run_tiny(tmp_path, EASY + [override])
