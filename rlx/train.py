@@ -26,7 +26,7 @@ from rlx.extrapolation import build_extrapolator
 from rlx.logging import RunLogger, read_metrics
 from rlx.models import build_policy, token_logprobs
 from rlx.noise import build_noise
-from rlx.rollout import build_rollout
+from rlx.rollout import RolloutBatch, build_rollout
 from rlx.tasks import build_task
 
 register_configs()
@@ -80,30 +80,6 @@ def _score(task, cfg, examples, batch):
         rewards = rewards + A.overlong_penalty(batch.lengths, cfg.algo, cfg.rollout.max_new_tokens)
     passed = torch.tensor(task.passed(per_fn), dtype=torch.float32)  # [N]
     return per_fn, rewards, passed
-
-
-def _concat(batches):
-    """Concatenate rollout batches (completion lengths may differ: right-pad to the longest)."""
-    from rlx.rollout import RolloutBatch
-
-    if len(batches) == 1:
-        return batches[0]
-    T = max(b.completion_ids.shape[1] for b in batches)
-    P = max(b.prompt_ids.shape[1] for b in batches)
-    rpad = lambda t, v: torch.nn.functional.pad(t, (0, T - t.shape[1]), value=v)  # noqa: E731
-    lpad = lambda t, v: torch.nn.functional.pad(t, (P - t.shape[1], 0), value=v)  # noqa: E731
-    pad_id = 0  # padded positions are masked out everywhere
-    return RolloutBatch(
-        prompt_ids=torch.cat([lpad(b.prompt_ids, pad_id) for b in batches]),
-        prompt_mask=torch.cat([lpad(b.prompt_mask, 0) for b in batches]),
-        completion_ids=torch.cat([rpad(b.completion_ids, pad_id) for b in batches]),
-        completion_mask=torch.cat([rpad(b.completion_mask, 0) for b in batches]),
-        logprobs=torch.cat([rpad(b.logprobs, 0.0) for b in batches]),
-        truncated=torch.cat([b.truncated for b in batches]),
-        group=torch.cat([b.group for b in batches]),
-        texts=sum((b.texts for b in batches), []),
-        entropy=torch.cat([rpad(b.entropy, 0.0) for b in batches]),
-    )
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -249,7 +225,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                     part_rewards.append(r2[k2])
                     refilled += int(k2.sum()) // G
                     have += int(k2.sum()) // G
-                batch, rewards = _concat(parts), torch.cat(part_rewards)
+                batch, rewards = RolloutBatch.concat(parts), torch.cat(part_rewards)
                 m["train/dynamic_sampling/rounds"] = rounds
                 m["train/dynamic_sampling/refilled_groups"] = refilled
                 m["train/dynamic_sampling/dropped_groups"] = int(zero_var.sum()) // G
@@ -276,7 +252,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                 if cfg.algo.beta > 0:  # reference = the same model with adapters disabled
                     with torch.no_grad(), model.disable_adapter():
                         ref = torch.cat([token_logprobs(model, ids[s], attn[s], T, cfg.rollout.temperature,
-                                                        cfg.algo.fp32_lm_head)[0] for s in slices])
+                                                        cfg.algo.fp32_lm_head) for s in slices])
                 # old log-probs come from the rollout (PPO-off-policy style for mu > 1)
                 old = batch.logprobs
                 agg: dict[str, float] = {}
@@ -288,7 +264,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                         if noise is not None and cfg.noise.apply_in_train_forward:
                             noise.apply(model, step)
                         try:
-                            logp, _ = token_logprobs(model, ids[s], attn[s], T, cfg.rollout.temperature, cfg.algo.fp32_lm_head)
+                            logp = token_logprobs(model, ids[s], attn[s], T, cfg.rollout.temperature, cfg.algo.fp32_lm_head)
                             loss, lm = A.policy_loss(logp, old[s], adv[s], weights[s], mask[s], cfg.algo,
                                                      ref_logp=ref[s] if ref is not None else None)
                             if not torch.isfinite(loss):

@@ -32,18 +32,11 @@ def token_logprobs(
     n_completion: int,  # T
     temperature: float = 1.0,
     fp32_head: bool = False,
-    with_entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of the last T tokens under the policy at `temperature`: ([N, T], entropy [N, T] or None)."""
+) -> torch.Tensor:
+    """Log-probs [N, T] of the last T tokens under the policy at `temperature`."""
     lm = causal_lm(model)
     out = lm.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
     hidden = out.last_hidden_state[:, -n_completion - 1 : -1]  # [N, T, H] positions predicting the completion
     logits = lm_logits(lm, hidden, fp32_head) / max(temperature, 1e-6)  # [N, T, V]
-    logp_all = torch.log_softmax(logits, dim=-1)
     target = input_ids[:, -n_completion:]
-    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, T]
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            ent = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, ent
+    return torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, T]

@@ -82,7 +82,7 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
             ids[r, P : P + len(t)] = torch.tensor(t)
             mask[r, P - len(p) : P + len(t)] = 1
             tmask[r, : len(t)] = 1
-        logp, _ = token_logprobs(model, ids, mask, T)  # [B, T]
+        logp = token_logprobs(model, ids, mask, T)  # [B, T]
         loss = -(logp * tmask).sum() / tmask.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()

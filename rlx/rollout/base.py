@@ -53,6 +53,29 @@ class RolloutBatch:
         )
 
 
+    @classmethod
+    def concat(cls, batches: list["RolloutBatch"], pad_id: int = 0) -> "RolloutBatch":
+        """Stack batches row-wise: prompts left-padded, completions right-padded to the longest
+        (padded positions are masked out; `pad_id` only fills the token tensors)."""
+        if len(batches) == 1:
+            return batches[0]
+        T = max(b.completion_ids.shape[1] for b in batches)
+        P = max(b.prompt_ids.shape[1] for b in batches)
+        rpad = lambda t, v: torch.nn.functional.pad(t, (0, T - t.shape[1]), value=v)  # noqa: E731
+        lpad = lambda t, v: torch.nn.functional.pad(t, (P - t.shape[1], 0), value=v)  # noqa: E731
+        return cls(
+            prompt_ids=torch.cat([lpad(b.prompt_ids, pad_id) for b in batches]),
+            prompt_mask=torch.cat([lpad(b.prompt_mask, 0) for b in batches]),
+            completion_ids=torch.cat([rpad(b.completion_ids, pad_id) for b in batches]),
+            completion_mask=torch.cat([rpad(b.completion_mask, 0) for b in batches]),
+            logprobs=torch.cat([rpad(b.logprobs, 0.0) for b in batches]),
+            truncated=torch.cat([b.truncated for b in batches]),
+            group=torch.cat([b.group for b in batches]),
+            texts=sum((b.texts for b in batches), []),
+            entropy=None if any(b.entropy is None for b in batches) else torch.cat([rpad(b.entropy, 0.0) for b in batches]),
+        )
+
+
 class RolloutBackend:
     """Generates G sampled completions per prompt. Subclasses register under a short name."""
 

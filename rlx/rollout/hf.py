@@ -18,8 +18,8 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
         return logits
     sorted_logits, idx = logits.sort(dim=-1, descending=True)
-    cum = sorted_logits.softmax(-1).cumsum(-1)
-    drop = cum - sorted_logits.softmax(-1) > top_p  # keep the token that crosses the threshold
+    probs = sorted_logits.softmax(-1)
+    drop = probs.cumsum(-1) - probs > top_p  # keep the token that crosses the threshold
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
 
@@ -58,27 +58,20 @@ class HFRollout(RolloutBackend):
         mask = mask.repeat_interleave(group_size, 0)
         group = torch.arange(len(prompts)).repeat_interleave(group_size)
         chunks = [
-            self._generate_chunk(model, ids[s : s + self.batch_size], mask[s : s + self.batch_size], temperature, max_new, generator)
-            for s in range(0, ids.shape[0], self.batch_size)
+            self._generate_chunk(model, ids[sl], mask[sl], group[sl], temperature, max_new, generator)
+            for sl in (slice(s, s + self.batch_size) for s in range(0, ids.shape[0], self.batch_size))
         ]
-        T = max(c[0].shape[1] for c in chunks)
-        pad = lambda t, v: torch.nn.functional.pad(t, (0, T - t.shape[1]), value=v)  # noqa: E731
-        comp = torch.cat([pad(c[0], self.tok.pad_token_id) for c in chunks])
-        cmask = torch.cat([pad(c[1], 0) for c in chunks])
-        logp = torch.cat([pad(c[2], 0.0) for c in chunks])
-        ent = torch.cat([pad(c[3], 0.0) for c in chunks])
-        trunc = torch.cat([c[4] for c in chunks])
-        texts = [self.decode(row, m) for row, m in zip(comp, cmask)]
-        return RolloutBatch(ids, mask, comp, cmask, logp, trunc, group, texts, ent)
+        return RolloutBatch.concat(chunks, self.tok.pad_token_id)
 
     def decode(self, row: torch.Tensor, m: torch.Tensor) -> str:
         toks = [t for t, keep in zip(row.tolist(), m.tolist()) if keep and t != self.tok.eos_token_id]
         return self.tok.decode(toks, skip_special_tokens=True)
 
-    def _generate_chunk(self, model, ids, mask, temperature, max_new, generator):
+    def _generate_chunk(self, model, ids, mask, group, temperature, max_new, generator) -> RolloutBatch:
         lm = causal_lm(model)
         eos = self.tok.eos_token_id
         N = ids.shape[0]
+        prompt_mask = mask
         out = lm.model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True)
         cache = out.past_key_values  # the KV cache the model filled
         hidden = out.last_hidden_state[:, -1]  # [N, H]
@@ -91,8 +84,9 @@ class HFRollout(RolloutBackend):
                 logp_all = torch.log_softmax(logits, -1)
                 nxt = logits.argmax(-1)
             else:
-                logp_all = torch.log_softmax(logits / temperature, -1)
-                probs = _top_p_filter(logits / temperature, self.top_p).softmax(-1)
+                scaled = logits / temperature
+                logp_all = torch.log_softmax(scaled, -1)
+                probs = _top_p_filter(scaled, self.top_p).softmax(-1)
                 nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
             alive.append(~done)
             nxt = torch.where(done, torch.full_like(nxt, self.tok.pad_token_id), nxt)
@@ -112,7 +106,8 @@ class HFRollout(RolloutBackend):
         cmask = torch.stack(alive, 1).long()  # [N, T]
         logp = torch.stack(logps, 1) * cmask
         ent = torch.stack(ents, 1) * cmask
-        return comp, cmask, logp, ent, ~done
+        texts = [self.decode(row, m) for row, m in zip(comp, cmask)]
+        return RolloutBatch(ids, prompt_mask, comp, cmask, logp, ~done, group, texts, ent)
 
 
 BACKENDS = {"hf": HFRollout}
