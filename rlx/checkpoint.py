@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from rlx.device import rng_state, set_rng_state  # noqa: F401  (RNG of every device, re-exported)
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
-
-
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-
-
-def set_rng_state(s: dict) -> None:
-    torch.set_rng_state(s["torch"])
-    random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
 
 
 class Checkpointer:

@@ -90,19 +90,46 @@ class TaskConfig:
 
 
 @dataclass
-class RolloutConfig:
-    """`backend` is a registered rollout backend: hf (vllm later)."""
+class VLLMConfig:
+    """Knobs of the colocated vLLM engine (`rollout=vllm`); see docs/engine.md."""
 
-    backend: str = "hf"
+    gpu_memory_utilization: float = 0.3  # GPU: fraction of device memory vLLM may take (weights + KV cache)
+    kv_cache_gb: float = 0.25  # CPU: explicit KV-cache size (vLLM's CPU backend has no memory profiling)
+    max_model_len: int = 0  # 0 => prompt length + max new tokens of the task, rounded up
+    enforce_eager: bool = True  # no CUDA graphs / torch.compile (fast start; tiny models gain nothing)
+    sleep_mode: bool = False  # GPU: free vLLM's memory during the update, wake it for generation
+    max_num_seqs: int = 256  # sequences vLLM schedules at once
+
+
+@dataclass
+class RolloutConfig:
+    """`engine` is a registered rollout engine: hf (in-process transformers) | vllm (colocated vLLM)."""
+
+    engine: str = "hf"
     group_size: int = 8  # G
     prompts_per_step: int = 16  # B
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0 => off
     max_new_tokens: int = 8
+    stop_token_ids: list[int] = field(default_factory=list)  # extra stop tokens besides eos
     eval_max_new_tokens: Optional[int] = None
     eval_k: int = 4  # mean@k samples per held-out prompt
     eval_temperature: float = 1.0
-    batch_size: int = 512  # sequences generated at once
+    batch_size: int = 512  # hf: sequences generated at once
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+
+
+@dataclass
+class TrainerConfig:
+    """Where and how the trainer computes: `device` auto | cpu | cuda, `dtype` fp32 | bf16.
+
+    bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32).
+    `threads` sets torch's intra-op threads (0 => torch's default: every core)."""
+
+    device: str = "auto"
+    dtype: str = "fp32"
+    threads: int = 0
 
 
 @dataclass
@@ -113,7 +140,6 @@ class TrainConfig:
     resume: str = "auto"  # auto | never
     log_every: int = 1
     progress: bool = True
-    threads: int = 0  # torch intra-op threads (0 => torch default)
     fail_at_step: int = -1  # testing aid: raise at this step (simulates a crash of one sweep arm)
 
 
@@ -142,6 +168,7 @@ class RLXConfig:
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     paper: Any = None  # free-form notes carried by paper-scale experiment files
 
 

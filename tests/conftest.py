@@ -31,7 +31,7 @@ TINY = [
     "train.ckpt_every=2",
     "train.progress=false",
     "logger.mode=disabled",
-    "train.threads=1",  # bitwise-reproducible reductions whatever the machine load
+    "trainer.threads=1",  # bitwise-reproducible reductions whatever the machine load
 ]
 
 

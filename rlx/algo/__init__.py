@@ -5,7 +5,8 @@ from rlx.algo.aggregation import AGGREGATIONS, token_weights
 from rlx.algo.config import AlgoConfig
 from rlx.algo.curriculum import PassRateCurriculum
 from rlx.algo.losses import LOSSES, k3_kl, policy_loss, token_entropy
-from rlx.algo.shaping import mask_truncated, overlong_penalty, zero_variance_groups
+from rlx.algo.shaping import Shaped, mask_truncated, overlong_penalty, shape_batch, zero_variance_groups
+from rlx.algo.update import NonFiniteError, logprob_diff, update
 
 
 def check_config(cfg: AlgoConfig) -> None:
@@ -23,12 +24,19 @@ def check_config(cfg: AlgoConfig) -> None:
         raise ValueError("algo.dynamic_sampling (refill) and algo.zero_variance_filter (drop) exclude each other")
     if cfg.mu < 1 or cfg.micro_batch_size < 1 or cfg.max_resample_rounds < 0:
         raise ValueError("algo.mu and algo.micro_batch_size must be >= 1, max_resample_rounds >= 0")
+    if cfg.tis_cap < 0:
+        raise ValueError(f"algo.tis_cap must be >= 0 (0 = off), got {cfg.tis_cap}")
     if not 0.0 < cfg.pass_rate_threshold <= 1.0:
         raise ValueError(f"algo.pass_rate_threshold must be in (0, 1], got {cfg.pass_rate_threshold}")
 
 
 __all__ = [
     "AlgoConfig",
+    "NonFiniteError",
+    "Shaped",
+    "logprob_diff",
+    "shape_batch",
+    "update",
     "PassRateCurriculum",
     "check_config",
     "compute_advantages",

@@ -31,6 +31,7 @@ class AlgoConfig:
     overlong_max_len: int = 0  # L_max (0 => rollout.max_new_tokens)
     overlong_cache: int = 4  # L_cache
     mask_truncated: bool = False  # drop truncated completions from the loss
+    tis_cap: float = 0.0  # truncated importance sampling vs the rollout's log-probs, cap C (0 = off)
     fp32_lm_head: bool = False  # logits in float32 for training log-probs and rollout sampling
     # optimisation
     lr: float = 1e-3

@@ -85,13 +85,15 @@ def policy_loss(
     mask: Tensor,
     cfg: AlgoConfig,
     ref_logp: Tensor | None = None,
+    is_weight: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Loss of one micro-batch = sum(weights * (pg + beta * kl)) and token-mean metrics.
 
     logp [n, T] (requires grad), old_logp / ref_logp [n, T], adv [n], weights / mask [n, T].
     Weights come from token_weights on the full batch, so micro-batch losses add up to the full loss.
     With cfg.kl_times_ratio (TRL's default use_bias_correction_kl) the k3 term is multiplied by the
-    (non-detached) ratio the loss uses.
+    (non-detached) ratio the loss uses. `is_weight` [n, T] (detached; truncated importance weights
+    against the rollout engine, algo.tis_cap) multiplies the policy-gradient term per token.
     """
     if cfg.loss not in LOSSES:
         raise ValueError(f"unknown algo.loss {cfg.loss!r}; choose one of {sorted(LOSSES)}")
@@ -114,6 +116,11 @@ def policy_loss(
 
     per_token = terms.per_token
     metrics: dict[str, float] = {}
+    if is_weight is not None:
+        w = torch.where(valid, is_weight.detach().to(logp.dtype), torch.zeros_like(logp))  # [n, T]
+        per_token = per_token * w
+        metrics["actor/tis_weight/mean"] = _masked_mean(w, mask)
+        metrics["actor/tis_weight/max"] = float(w[valid].max()) if bool(valid.any()) else 0.0
     if ref_logp is not None:
         kl = k3_kl(logp_v, torch.where(valid, ref_logp.to(logp.dtype), torch.zeros_like(logp)))  # [n, T]
         if cfg.kl_times_ratio:  # importance-weighted k3: samples come from the old policy

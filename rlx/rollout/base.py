@@ -1,10 +1,53 @@
-"""The rollout backend interface: the loop talks to this, never to HF generate or vLLM directly."""
+"""The rollout-engine interface: the loop talks to this, never to HF generate or vLLM directly.
+
+An engine owns its copy of the policy weights. The loop calls `sync(policy, version)` after every
+optimizer step and every NExt jump; `noise_target()` is the module whose RMSNorm weights AQN
+perturbs while the engine samples (the engine's own weights); `generate(prompts, n, sampling,
+generator)` returns a RolloutBatch whose `logprobs` are the behaviour log-probs of the
+distribution the engine really sampled from:
+
+    log softmax( top-k/top-p-masked( logits / temperature ) )   at temperature > 0
+    log softmax( logits )                                      at temperature 0 (greedy)
+
+i.e. after temperature, top-k and top-p, renormalized over the kept tokens (with top_p = 1 and
+top_k = 0 that is the full temperature-scaled softmax the trainer computes). Every row carries the
+policy version (the `version` of the last sync) that produced it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What to sample: temperature 0 = greedy; top_k 0 = off; stop at eos or any of stop_token_ids."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 8
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.max_tokens < 1:
+            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_tokens}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"rollout.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.temperature < 0:
+            raise ValueError(f"rollout.temperature must be >= 0, got {self.temperature}")
+
+    def but(self, **changes) -> "SamplingParams":
+        return replace(self, **changes)
+
+    @classmethod
+    def from_config(cls, cfg) -> "SamplingParams":
+        return cls(float(cfg.temperature), float(cfg.top_p), int(cfg.top_k), int(cfg.max_new_tokens),
+                   tuple(int(t) for t in cfg.stop_token_ids))
 
 
 @dataclass
@@ -19,7 +62,8 @@ class RolloutBatch:
     truncated: torch.Tensor  # [N] bool: hit max_new_tokens without eos
     group: torch.Tensor  # [N] long: index of the prompt each row belongs to
     texts: list[str] = field(default_factory=list)  # decoded completions (eos stripped)
-    entropy: torch.Tensor | None = None  # [N, T] token entropy of the sampling distribution
+    entropy: torch.Tensor | None = None  # [N, T] token entropy of the sampling distribution (hf only)
+    version: torch.Tensor | None = None  # [N] long: policy version (sync count) that generated the row
 
     @property
     def input_ids(self) -> torch.Tensor:  # [N, P+T]
@@ -50,6 +94,7 @@ class RolloutBatch:
             group=self.group[idx],
             texts=[self.texts[i] for i in idx.tolist()] if self.texts else [],
             entropy=pick(self.entropy),
+            version=pick(self.version),
         )
 
 
@@ -73,14 +118,27 @@ class RolloutBatch:
             group=torch.cat([b.group for b in batches]),
             texts=sum((b.texts for b in batches), []),
             entropy=None if any(b.entropy is None for b in batches) else torch.cat([rpad(b.entropy, 0.0) for b in batches]),
+            version=None if any(b.version is None for b in batches) else torch.cat([b.version for b in batches]),
         )
 
 
-class RolloutBackend:
-    """Generates G sampled completions per prompt. Subclasses register under a short name."""
+class RolloutEngine:
+    """Owns a copy of the policy weights and samples from it. Subclasses register in ENGINES."""
 
-    def generate(self, model, prompts: list[str], group_size: int, generator: torch.Generator | None = None) -> RolloutBatch:
+    version: int = 0  # policy version of the weights the engine holds
+
+    def sync(self, policy, version: int) -> None:
+        """Bring the engine's weights to the trainer's policy (after an update or a NExt jump)."""
         raise NotImplementedError
 
-    def sync_weights(self, model) -> None:
-        """Push the current policy weights to the engine (no-op for in-process HF generation)."""
+    def noise_target(self):
+        """The module whose norm weights AQN perturbs while this engine samples."""
+        raise NotImplementedError
+
+    def generate(self, prompts: list[str], n: int, sampling: SamplingParams,
+                 generator: torch.Generator) -> RolloutBatch:
+        """n samples per prompt, rows prompt-major (row i is prompt i // n), on the CPU."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the engine's resources (vLLM memory); the engine is unusable afterwards."""

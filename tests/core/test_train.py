@@ -62,9 +62,9 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
 
 
 def test_non_finite_loss_refuses_step_and_keeps_checkpoint(tmp_path, monkeypatch):
-    import rlx.algo as A
+    import rlx.algo.update as U
 
-    real = A.policy_loss
+    real = U.policy_loss
     calls = {"n": 0}
 
     def poisoned(*a, **k):
@@ -76,7 +76,7 @@ def test_non_finite_loss_refuses_step_and_keeps_checkpoint(tmp_path, monkeypatch
     import shutil
 
     shutil.rmtree(tmp_path)
-    monkeypatch.setattr(A, "policy_loss", poisoned)
+    monkeypatch.setattr(U, "policy_loss", poisoned)
     from rlx.train import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="step 3"):

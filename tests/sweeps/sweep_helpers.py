@@ -23,7 +23,7 @@ SMOKE = [
     "model.num_kv_heads=1", "model.lora.r=4", "model.lora.alpha=8", "model.sft.steps=60",
     "task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12",
     "rollout.eval_k=2", "train.eval_every=1", "train.ckpt_every=2", "train.progress=false",
-    "logger.mode=disabled", "train.threads=1",
+    "logger.mode=disabled", "trainer.threads=1",
 ]
 BATCH = ["rollout.group_size=4", "rollout.prompts_per_step=4"]
 

@@ -1,0 +1,121 @@
+"""One policy update from a shaped rollout batch: advantages, full-batch token weights, mu passes
+over micro-batches, ratio against the rollout's behaviour log-probs, one optimizer step per pass.
+
+Departures from textbook GRPO, each a config knob: token weights come from the FULL batch before
+micro-batching (the loss does not depend on the split); `algo.tis_cap > 0` adds truncated
+importance sampling against the rollout engine (verl's TIS): the PPO/CISPO/GSPO ratio is then taken
+against the trainer's own log-probs of the batch before the update, and every token's loss is
+weighted by min(exp(trainer - rollout), C), which corrects for engines (vLLM, bf16, quantized)
+that never match the trainer bit for bit. The first pass also measures that mismatch
+(`rollout/logprob_diff/*`, verl's rollout_probs_diff) at no extra forward.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+
+from rlx.algo.advantages import compute_advantages
+from rlx.algo.aggregation import token_weights
+from rlx.algo.losses import policy_loss
+from rlx.algo.shaping import mask_truncated
+from rlx.device import autocast
+from rlx.models.forward import token_logprobs
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Trainer-vs-rollout mismatch over completion tokens: mean and max |diff| of log-probs.  # [N, T] each"""
+    valid = mask > 0
+    if not bool(valid.any()):
+        return {}
+    d = (trainer_logp.float() - rollout_logp.float()).abs()[valid]
+    return {"rollout/logprob_diff/mean": d.mean().item(), "rollout/logprob_diff/max": d.max().item()}
+
+
+def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, step: int,
+           train_noise=None) -> tuple[dict, int]:
+    """Train on `batch` (rows [N] with rewards [N]); returns (metrics, trained tokens)."""
+    a = cfg.algo
+    m: dict = {"train/num_sequences": len(batch)}
+    if len(batch) == 0:
+        return m, 0
+    dev = trainer.device
+    params = [p for p in policy.parameters() if p.requires_grad]
+    group = torch.unique(batch.group, return_inverse=True)[1]  # contiguous prompt ids [N]
+    adv = compute_advantages(rewards, group, a).to(dev)  # [N]
+    mask = batch.completion_mask.float()  # [N, T]
+    if a.mask_truncated:
+        mask = mask_truncated(mask, batch.truncated)
+    weights = token_weights(mask, group, a, cfg.rollout.max_new_tokens).to(dev)  # [N, T] FULL-batch normalizers
+    mask = mask.to(dev)
+    ids, attn = batch.input_ids.to(dev), batch.attention_mask.to(dev)  # [N, P+T]
+    T = batch.completion_ids.shape[1]
+    rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
+    temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
+    slices = [slice(s, s + a.micro_batch_size) for s in range(0, len(batch), a.micro_batch_size)]
+    ref = None
+    if a.beta > 0:  # reference = the same model with adapters disabled
+        with torch.no_grad(), policy.disable_adapter(), autocast(trainer):
+            ref = torch.cat([token_logprobs(policy, ids[s], attn[s], T, temp, fp32_head) for s in slices]).float()
+    want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
+    first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
+    entropy = torch.zeros_like(rollout_logp) if want_entropy else None
+    old = rollout_logp  # ratio against the behaviour policy (PPO-off-policy style for mu > 1)
+    agg: dict[str, float] = {}
+    trained_tokens = 0
+    tok_total = 0.0
+    policy.train()
+    for epoch in range(a.mu):
+        opt.zero_grad(set_to_none=True)
+        tok_total = 0.0
+        for s in slices:
+            noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
+            with noisy:  # restored only after backward (autograd holds the noisy weights)
+                with autocast(trainer):
+                    out = token_logprobs(policy, ids[s], attn[s], T, temp, fp32_head, with_entropy=want_entropy and epoch == 0)
+                logp, ent = out if isinstance(out, tuple) else (out.float(), None)
+                logp = logp.float()
+                is_weight = None
+                if epoch == 0:
+                    first_logp[s] = logp.detach()
+                    if ent is not None:
+                        entropy[s] = ent
+                if a.tis_cap > 0:  # TIS: ratio vs the trainer's pre-update log-probs, weight vs the rollout's
+                    is_weight = torch.exp(first_logp[s] - rollout_logp[s]).clamp(max=a.tis_cap)
+                    old_s = first_logp[s]
+                else:
+                    old_s = old[s]
+                loss, lm = policy_loss(logp, old_s, adv[s], weights[s], mask[s], a,
+                                       ref_logp=ref[s] if ref is not None else None, is_weight=is_weight)
+                if not torch.isfinite(loss):
+                    raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
+                                         "last checkpoint left intact")
+                loss.backward()
+            ntok = float(mask[s].sum())
+            tok_total += ntok
+            for k, v in lm.items():  # token-weighted mean over micro-batches (max for */max)
+                agg[k] = max(agg.get(k, -math.inf), v) if k.endswith("/max") else agg.get(k, 0.0) + v * ntok
+            agg["actor/loss"] = agg.get("actor/loss", 0.0) + loss.item() * ntok
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
+        if not torch.isfinite(grad_norm):
+            raise NonFiniteError(f"non-finite gradient norm at step {step}; update refused, last checkpoint left intact")
+        opt.step()
+        sched.step()
+        trained_tokens += int(mask.sum())
+    policy.eval()
+    n_upd = a.mu * max(tok_total, 1.0)
+    for k, v in agg.items():
+        m[k] = v if k.endswith("/max") else v / n_upd
+    m["actor/grad_norm"] = grad_norm.item()
+    m["actor/lr"] = sched.get_last_lr()[0]
+    cmask = batch.completion_mask.to(dev)
+    m.update(logprob_diff(first_logp, rollout_logp, cmask))
+    if entropy is not None:
+        m["actor/entropy"] = ((entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()
+    return m, trained_tokens

@@ -1,0 +1,336 @@
+"""rlx vs TRL step time: `python -m rlx.bench.vs_trl [--sizes 1m,10m] [--max-new 32,128] [--steps 4] [--repeats 2]`.
+
+One RL step of rlx (`rlx.train.run`) against one step of TRL's `GRPOTrainer`, on the same model
+weights, the same prompts and the same batch, split into generation and training:
+
+  model     random-init Qwen2 (`--sizes`: 1m, 10m) with rlx's offline char tokenizer, saved once to a
+            temp dir that both sides load (`model=hf model.path=DIR` / `from_pretrained(DIR)`)
+  batch     16 `arith` training prompts x 8 completions, temperature 1, `--max-new` new tokens
+            (a random model rarely emits eos, so completions run to about the limit on both
+            sides; the mean completion length of each side is reported)
+  update    LoRA r 8 alpha 16 on all linear projections, lr 1e-5, one optimizer step per batch,
+            beta 0, grad clip 1, no gradient checkpointing, `--dtype` (float32) weights, no autocast
+  phases    gen   = sampling + rewards + advantages   (rlx `timing_s/gen`; TRL `_generate_and_score_completions`)
+            train = log-prob forward + loss + backward + optimizer step
+                                                      (rlx `timing_s/train`; TRL step - gen)
+            step  = the whole step without evaluation   (rlx `timing_s/step` - `timing_s/eval`;
+                                                       TRL `on_step_begin` -> `on_step_end`)
+  schedule  per (size, max_new): rlx, TRL, rlx, TRL, ... (`--repeats` pairs), each run a fresh
+            subprocess with the same torch thread count (`--threads`); step 1 (warm-up) is dropped
+
+The table gives per-side seconds (mean over repeats of the per-run mean over steps 2..N), the
+ratio rlx / TRL (< 1 means rlx is faster) and its spread [min-max] over the repeat pairs. It is
+written to `--out` (outputs/bench/vs_trl.json) too. TRL generates with plain `model.generate` on
+the CPU unless `--trl-vllm`; rlx uses `--engine` (hf | vllm) through `rollout=<engine>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+
+# Qwen2 shapes; head_dim = hidden / heads stays >= 32 (vLLM's CPU attention needs it).
+SIZES: dict[str, dict] = {
+    "1m": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2),
+    "10m": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=10, num_attention_heads=8, num_key_value_heads=4),
+}
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PROMPTS_PER_STEP, GROUP_SIZE, LORA_R, LORA_ALPHA, LR, SEED = 16, 8, 8, 16, 1e-5, 0
+PHASES = ("step", "gen", "train")
+
+
+# ---- model ---------------------------------------------------------------------------------------
+def build_model_dir(size: str, out_dir: Path) -> int:
+    """Random-init Qwen2 of `size` + the char tokenizer saved to `out_dir`; returns the parameter count."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlx.models.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    shape = SIZES[size]
+    if shape["hidden_size"] // shape["num_attention_heads"] < 32:
+        raise ValueError(f"size {size}: head_dim < 32")
+    config = Qwen2Config(
+        vocab_size=len(tok), max_position_embeddings=512, tie_word_embeddings=False,
+        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **shape,
+    )
+    torch.manual_seed(SEED)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---- rlx side ------------------------------------------------------------------------------------
+def compose_rlx(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    import rlx.config  # noqa: F401  (registers the schemas)
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def rlx_overrides(model_dir: str, max_new: int, steps: int, engine: str, dtype: str, threads: int) -> list[str]:
+    base = [
+        f"rollout={engine}", "model=hf", f"model.path={model_dir}", f"model.dtype={dtype}", "task=arith",
+        f"rollout.prompts_per_step={PROMPTS_PER_STEP}", f"rollout.group_size={GROUP_SIZE}",
+        f"rollout.max_new_tokens={max_new}", f"model.lora.r={LORA_R}", f"model.lora.alpha={LORA_ALPHA}",
+        f"algo.lr={LR}", f"seed={SEED}", f"train.steps={steps}", f"train.eval_every={steps}",
+        f"train.ckpt_every={steps}", "logger.mode=disabled", "train.progress=false", "rollout.eval_k=0",
+        "task.n_eval=16",
+    ]
+    # `trainer.threads` (the schema being renamed from `train.threads`): use whichever this checkout has.
+    cfg = compose_rlx(base)
+    key = "trainer.threads" if "trainer" in cfg and "threads" in cfg.trainer else "train.threads"
+    return base + [f"{key}={threads}"]
+
+
+def worker_rlx(a) -> dict:
+    from rlx.logging import read_metrics
+    from rlx.train import run
+
+    cfg = compose_rlx(rlx_overrides(a.model_dir, a.max_new, a.steps, a.engine, a.dtype, a.threads))
+    run_dir = Path(a.work) / "rlx_run"
+    run(cfg, run_dir)
+    rows = [r for r in read_metrics(run_dir) if r.get("step", 0) >= 1 and "timing_s/step" in r]
+    steps = [{
+        "step": r["step"],
+        "step_s": r["timing_s/step"] - (r.get("timing_s/eval") or 0.0),  # evaluation excluded
+        "gen_s": r["timing_s/gen"],
+        "train_s": r["timing_s/train"],
+        "mean_len": r["response_length/mean"],
+    } for r in rows]
+    return {"steps": steps}
+
+
+# ---- TRL side ------------------------------------------------------------------------------------
+def worker_trl(a) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlx.models import DTYPES
+    from rlx.tasks import build_task
+
+    torch.set_num_threads(a.threads)
+    # the same arith train split as the rlx run (same task config)
+    task = build_task(compose_rlx(["task=arith", "task.n_eval=16"]).task)
+    by_prompt = {e.prompt: e for e in task.train}
+
+    def arith_reward(prompts, completions, **_):
+        """rlx's task scoring (parses text) for TRL's reward-function interface."""
+        return task.total_reward(task.score([by_prompt[p] for p in prompts], completions))
+
+    gen_s: list[float] = []
+    lens: list[float] = []
+    step_s: list[float] = []
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            t0 = time.perf_counter()
+            out = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                gen_s.append(time.perf_counter() - t0)
+                lens.append(out["completion_mask"].sum(1).float().mean().item())
+            return out
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            step_s.append(time.perf_counter() - self.t0)
+
+    tok = AutoTokenizer.from_pretrained(a.model_dir, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=DTYPES[a.dtype], local_files_only=True)
+    n = PROMPTS_PER_STEP * GROUP_SIZE
+    args = GRPOConfig(
+        output_dir=str(Path(a.work) / "trl_out"), use_cpu=True, bf16=False, fp16=False,
+        gradient_checkpointing=False, per_device_train_batch_size=n, gradient_accumulation_steps=1,
+        num_generations=GROUP_SIZE, generation_batch_size=n, num_iterations=1, max_completion_length=a.max_new,
+        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="grpo", scale_rewards="group",
+        epsilon=0.2, learning_rate=LR, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
+        max_steps=a.steps, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+        log_completions=False, seed=SEED, dataloader_num_workers=0,
+        use_vllm=a.trl_vllm, vllm_mode="colocate",
+    )
+    trainer = TimedGRPOTrainer(
+        model=model, reward_funcs=arith_reward, args=args, processing_class=tok,
+        train_dataset=Dataset.from_dict({"prompt": [e.prompt for e in task.train]}),
+        peft_config=LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                               task_type="CAUSAL_LM"),
+        callbacks=[StepTimer()],
+    )
+    trainer.train()
+    if not (len(step_s) == len(gen_s) == a.steps):
+        raise RuntimeError(f"TRL timing: {len(step_s)} steps, {len(gen_s)} generations, expected {a.steps}")
+    steps = [{"step": i + 1, "step_s": s, "gen_s": g, "train_s": s - g, "mean_len": n_}
+             for i, (s, g, n_) in enumerate(zip(step_s, gen_s, lens))]
+    return {"steps": steps}
+
+
+# ---- driver --------------------------------------------------------------------------------------
+def run_side(side: str, model_dir: Path, max_new: int, a, work: Path) -> dict:
+    """One fresh subprocess running `steps` steps of `side`; its per-step times."""
+    work.mkdir(parents=True, exist_ok=True)
+    result = work / "result.json"
+    cmd = [sys.executable, "-m", "rlx.bench.vs_trl", "--worker", side, "--model-dir", str(model_dir),
+           "--max-new", str(max_new), "--steps", str(a.steps), "--threads", str(a.threads), "--engine", a.engine,
+           "--dtype", a.dtype, "--work", str(work), "--result", str(result)] + (["--trl-vllm"] if a.trl_vllm else [])
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
+           "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
+    log = work / "log.txt"
+    t0 = time.time()
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0 or not result.exists():
+        tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
+        raise RuntimeError(f"{side} run failed (exit {proc.returncode}); log {log}:\n{tail}")
+    out = json.loads(result.read_text())
+    out["wall_s"] = time.time() - t0
+    return out
+
+
+def summarize_run(run: dict) -> dict:
+    """Per-run means over the timed steps (step 1, the warm-up, dropped when there is more than one step)."""
+    steps = [s for s in run["steps"] if s["step"] >= 2] or run["steps"]
+    return {k: statistics.fmean(s[f"{k}_s"] for s in steps) for k in PHASES} | {
+        "mean_len": statistics.fmean(s["mean_len"] for s in steps), "n_steps": len(steps)}
+
+
+def aggregate(runs: dict[str, list[dict]]) -> dict:
+    """Per side: mean and [min, max] over repeats; ratio rlx/TRL of the means, spread over repeat pairs."""
+    row: dict = {}
+    for side in ("rlx", "trl"):
+        per = [summarize_run(r) for r in runs[side]]
+        for k in PHASES + ("mean_len",):
+            vals = [p[k] for p in per]
+            row[f"{side}_{k}"] = statistics.fmean(vals)
+            row[f"{side}_{k}_range"] = [min(vals), max(vals)]
+    for k in PHASES:
+        pairs = [summarize_run(r)[k] / summarize_run(t)[k] for r, t in zip(runs["rlx"], runs["trl"])]
+        row[f"ratio_{k}"] = row[f"rlx_{k}"] / row[f"trl_{k}"]
+        row[f"ratio_{k}_range"] = [min(pairs), max(pairs)]
+    return row
+
+
+def format_table(rows: list[dict]) -> str:
+    head = ("| size | params | T | len rlx/TRL | rlx step s | TRL step s | step rlx/TRL | rlx gen s | TRL gen s "
+            "| gen rlx/TRL | rlx train s | TRL train s | train rlx/TRL |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        cells = [r["size"], f"{r['params'] / 1e6:.2f}M", str(r["max_new"]), f"{r['rlx_mean_len']:.1f}/{r['trl_mean_len']:.1f}"]
+        for k in PHASES:
+            lo, hi = r[f"ratio_{k}_range"]
+            cells += [f"{r[f'rlx_{k}']:.2f}", f"{r[f'trl_{k}']:.2f}", f"{r[f'ratio_{k}']:.2f} [{lo:.2f}-{hi:.2f}]"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="1m,10m", help=f"comma list of {sorted(SIZES)}")
+    p.add_argument("--max-new", default="32,128", help="comma list of max new tokens")
+    p.add_argument("--steps", type=int, default=4, help="RL steps per run (step 1 is warm-up, not timed)")
+    p.add_argument("--repeats", type=int, default=2, help="alternating rlx/TRL run pairs per setting")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads on both sides")
+    p.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="rlx rollout engine (rollout=<engine>)")
+    p.add_argument("--trl-vllm", action="store_true", help="TRL generates with vLLM (colocate) instead of model.generate")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on both sides")
+    p.add_argument("--out", default="outputs/bench/vs_trl.json")
+    p.add_argument("--work-dir", default=None, help="keep models, run dirs and logs here (default: a temp dir, removed)")
+    # internal: one side's run in a subprocess
+    p.add_argument("--worker", choices=["rlx", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", help=argparse.SUPPRESS)
+    p.add_argument("--work", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+
+    if a.worker:
+        a.max_new = int(a.max_new)
+        out = worker_rlx(a) if a.worker == "rlx" else worker_trl(a)
+        Path(a.result).write_text(json.dumps(out))
+        return out
+
+    sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]
+    unknown = [s for s in sizes if s not in SIZES]
+    if unknown:
+        p.error(f"--sizes: unknown {unknown}; known {sorted(SIZES)}")
+    max_news = [int(t) for t in a.max_new.split(",")]
+    if a.steps < 1 or a.repeats < 1:
+        p.error("--steps and --repeats must be >= 1")
+
+    import torch
+    import transformers
+    import trl
+
+    tmp = None
+    if a.work_dir:
+        work = Path(a.work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="rlx_vs_trl_")
+        work = Path(tmp.name)
+    meta = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.machine(),
+        "cpus": os.cpu_count(), "threads": a.threads, "torch": torch.__version__, "transformers": transformers.__version__,
+        "trl": trl.__version__, "engine": a.engine, "trl_vllm": a.trl_vllm, "dtype": a.dtype, "steps": a.steps,
+        "repeats": a.repeats, "prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP_SIZE, "lora_r": LORA_R,
+        "lora_alpha": LORA_ALPHA, "lr": LR,
+    }
+    print(f"rlx vs TRL {trl.__version__}: {PROMPTS_PER_STEP} prompts x {GROUP_SIZE} completions, LoRA r {LORA_R}, "
+          f"{a.dtype}, threads {a.threads}/{os.cpu_count()} cpus, rlx engine {a.engine}, "
+          f"TRL {'vLLM' if a.trl_vllm else 'model.generate'}, {a.steps} steps/run (step 1 untimed), "
+          f"{a.repeats} alternating repeats", flush=True)
+    rows, raw = [], []
+    try:
+        for size in sizes:
+            model_dir = work / f"model_{size}"
+            n_params = build_model_dir(size, model_dir)
+            print(f"[model] {size}: {n_params:,} parameters {SIZES[size]}", flush=True)
+            for max_new in max_news:
+                runs: dict[str, list[dict]] = {"rlx": [], "trl": []}
+                for rep in range(a.repeats):
+                    for side in ("rlx", "trl"):
+                        r = run_side(side, model_dir, max_new, a, work / f"{size}_T{max_new}_{rep}_{side}")
+                        runs[side].append(r)
+                        s = summarize_run(r)
+                        print(f"[run] {size} T={max_new} repeat {rep} {side:3}: step {s['step']:.2f}s gen "
+                              f"{s['gen']:.2f}s train {s['train']:.2f}s len {s['mean_len']:.1f} "
+                              f"(wall {r['wall_s']:.0f}s)", flush=True)
+                row = {"size": size, "params": n_params, "max_new": max_new, **aggregate(runs)}
+                rows.append(row)
+                raw.append({"size": size, "max_new": max_new, "runs": runs})
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    table = format_table(rows)
+    print(table)
+    print("seconds: mean over repeats of each run's mean over steps 2..N; ratio < 1: rlx faster; "
+          "[min-max] over the repeat pairs")
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"meta": meta, "rows": rows, "table": table, "raw": raw}
+    out.write_text(json.dumps(result, indent=2))
+    print(f"[bench] wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

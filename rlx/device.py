@@ -1,0 +1,83 @@
+"""Devices: resolve `trainer.device` / `trainer.dtype` / `trainer.threads`, once, before any work.
+
+The trainer's forward passes run under `autocast(trainer)` (a no-op in fp32, so CPU fp32 results
+are bitwise what they were before devices existed); LoRA weights and the optimizer stay fp32.
+RNG state covers every device the run uses, so a resumed CUDA run draws what it would have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Trainer:
+    device: torch.device
+    dtype: torch.dtype  # compute dtype of forward passes (autocast); parameters keep theirs
+    threads: int  # torch intra-op threads in use
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def num_devices(self) -> int:
+        """Devices this process computes on (for perf/compute/gpu_hours = devices x wall hours)."""
+        return 1
+
+
+def resolve(cfg) -> Trainer:
+    """The Trainer for a `trainer` config; raises ValueError naming the key before any work."""
+    dev = str(cfg.device)
+    if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
+        raise ValueError(f"trainer.device: '{dev}' is not auto, cpu, cuda or cuda:N")
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.device={dev}: this machine has no CUDA device (torch {torch.__version__}, "
+                         f"torch.cuda.is_available() is False); use trainer.device=cpu or auto")
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {sorted(DTYPES)}")
+    if cfg.threads < 0:
+        raise ValueError(f"trainer.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    return Trainer(torch.device(dev), DTYPES[cfg.dtype], torch.get_num_threads())
+
+
+def autocast(trainer: Trainer):
+    """Forward-pass context: bf16 autocast on the trainer's device, nothing at all in fp32."""
+    if trainer.dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=trainer.device.type, dtype=trainer.dtype)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+def rng_state() -> dict:
+    s = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    return s
+
+
+def set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    if "cuda" in s:
+        if not torch.cuda.is_available():
+            raise RuntimeError("checkpoint holds CUDA RNG state but this machine has no CUDA device; "
+                               "resume it with trainer.device=cuda on a GPU machine")
+        torch.cuda.set_rng_state_all(s["cuda"])

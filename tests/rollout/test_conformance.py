@@ -1,0 +1,147 @@
+"""Conformance suite: every engine, on the same LoRA policy, against the trainer's own forward.
+
+- behaviour log-probs = the trainer's log-probs of the engine's samples (mean/max |diff| bounded, fp32)
+- greedy = the trainer's argmax (except at near-ties)
+- eos / stop / padding masks; truncation flags; texts without eos
+- same generator state -> same samples; another -> other samples
+- top-k / top-p: the log-probs are of the distribution really sampled from
+- sync: new LoRA weights reach the engine; every row carries the synced policy version
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlx.models.forward import causal_lm, lm_logits, position_ids, token_logprobs
+from rlx.rollout import SamplingParams
+from tests.rollout.conftest import ENGINES
+
+PROMPTS = ["3+4=", "12-5=", "7*8=", "hello", "a", "99+1=", "(2+3)*4=", "x"]
+FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| bounds in fp32
+
+
+def trainer_logprobs(policy, batch, temperature=1.0):  # [N, T]
+    with torch.no_grad():
+        return token_logprobs(policy, batch.input_ids, batch.attention_mask, batch.completion_ids.shape[1], temperature)
+
+
+def trainer_logits(policy, batch):  # [N, T, V] logits at the positions predicting each completion token
+    lm = causal_lm(policy)
+    with torch.no_grad():
+        am = batch.attention_mask
+        h = lm.model(input_ids=batch.input_ids, attention_mask=am, position_ids=position_ids(am)).last_hidden_state
+        return lm_logits(lm, h[:, -batch.completion_ids.shape[1] - 1: -1], False)
+
+
+def gen(engine, n=4, seed=0, **sp):
+    params = SamplingParams(**{"max_tokens": 16, **sp})
+    return engine.generate(PROMPTS, n, params, torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_behaviour_logprobs_match_trainer(served, name, temperature):
+    engine, policy, _ = served[name]
+    b = gen(engine, temperature=temperature)
+    m = b.completion_mask.bool()
+    d = (trainer_logprobs(policy, b, temperature) - b.logprobs).abs()[m]
+    assert d.mean() < FP32_MEAN and d.max() < FP32_MAX, (name, d.mean().item(), d.max().item())
+    assert (b.logprobs[m] < 0).all() and (b.logprobs[~m] == 0).all()
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_greedy_is_trainer_argmax(served, name):
+    engine, policy, _ = served[name]
+    b = gen(engine, n=1, temperature=0.0)
+    logits = trainer_logits(policy, b)  # [N, T, V]
+    top2 = logits.topk(2, -1).values
+    clear = (top2[..., 0] - top2[..., 1] > 1e-3) & b.completion_mask.bool()
+    assert clear.sum() > 0.9 * b.completion_mask.sum()  # the fixture makes near-ties rare
+    assert torch.equal(logits.argmax(-1)[clear], b.completion_ids[clear])
+    # greedy log-probs are the full softmax's
+    full = torch.log_softmax(logits, -1).gather(-1, b.completion_ids.unsqueeze(-1)).squeeze(-1)
+    assert (full - b.logprobs)[b.completion_mask.bool()].abs().max() < FP32_MAX
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_eos_stop_and_padding_masks(served, name):
+    engine, _, tok = served[name]
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    b = gen(engine, n=8, max_tokens=12)
+    ended = 0
+    for row, m, trunc, text in zip(b.completion_ids, b.completion_mask, b.truncated, b.texts):
+        L = int(m.sum())
+        assert m[:L].all() and not m[L:].any()  # one contiguous run from the start
+        assert (row[L:] == pad).all()
+        hit = (row[:L] == eos).nonzero()
+        if trunc:
+            assert L == 12 and len(hit) == 0
+        else:
+            assert len(hit) == 1 and int(hit[0]) == L - 1  # mask runs through the eos, nothing after
+            ended += 1
+        assert "<eos>" not in text and text == tok.decode([t for t in row[:L].tolist() if t != eos], skip_special_tokens=True)
+    assert 0 < ended < len(b)  # both cases occur in this fixture
+    assert torch.equal(b.lengths, b.completion_mask.sum(1))
+    # an extra stop token ends sequences too, and is not in the text
+    stop = tok.convert_tokens_to_ids("1")
+    s = gen(engine, n=8, max_tokens=12, stop_token_ids=(stop,))
+    for row, m, trunc in zip(s.completion_ids, s.completion_mask, s.truncated):
+        L = int(m.sum())
+        assert ((row[: L - 1] == stop) | (row[: L - 1] == eos)).sum() == 0
+        assert trunc or int(row[L - 1]) in (stop, eos)
+    assert any(int(r[int(m.sum()) - 1]) == stop for r, m in zip(s.completion_ids, s.completion_mask))
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_same_generator_same_samples(served, name):
+    engine, _, _ = served[name]
+    a, b, c = gen(engine, seed=3), gen(engine, seed=3), gen(engine, seed=4)
+    assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.completion_ids, c.completion_ids)
+    assert a.group.tolist() == [i // 4 for i in range(len(PROMPTS) * 4)]  # prompt-major rows
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_top_k_top_p_logprobs_are_of_the_sampled_distribution(served, name):
+    engine, policy, _ = served[name]
+    greedy = gen(engine, n=1, temperature=0.0)
+    for sp in ({"top_k": 1}, {"top_p": 1e-6}):
+        b = gen(engine, n=2, temperature=1.0, **sp)  # one token kept: the argmax, with probability 1
+        m = b.completion_mask.bool()
+        assert torch.equal(b.completion_ids[::2], greedy.completion_ids)
+        assert b.logprobs[m].abs().max() < 1e-5  # log 1 = 0 in the renormalized distribution
+    # top_k = 5: every sampled token is among the trainer's top 5, and its log-prob is renormalized
+    b = gen(engine, n=4, temperature=1.0, top_k=5)
+    logits = trainer_logits(policy, b)
+    m = b.completion_mask.bool()
+    top5 = logits.topk(5, -1)
+    assert (top5.indices == b.completion_ids.unsqueeze(-1)).any(-1)[m].all()
+    renorm = torch.log_softmax(top5.values, -1)  # [N, T, 5]
+    want = renorm.gather(-1, (top5.indices == b.completion_ids.unsqueeze(-1)).float().argmax(-1, keepdim=True)).squeeze(-1)
+    assert (want - b.logprobs)[m].abs().max() < FP32_MAX
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_sync_reaches_the_engine_and_versions_rows(served, name):
+    engine, policy, _ = served[name]
+    before = gen(engine, temperature=0.0, n=1)
+    lora_b = [p for n, p in policy.named_parameters() if "lora_B" in n]
+    saved = [p.detach().clone() for p in lora_b]
+    try:
+        with torch.no_grad():
+            for p in lora_b:
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(5)) * 0.5)
+        engine.sync(policy, 7)
+        after = gen(engine)
+        assert (after.version == 7).all() and after.version.shape == (len(after),)
+        m = after.completion_mask.bool()
+        d = (trainer_logprobs(policy, after) - after.logprobs).abs()[m]
+        assert d.mean() < FP32_MEAN, d.mean()  # the engine samples from the new weights
+        assert not torch.equal(gen(engine, temperature=0.0, n=1).completion_ids, before.completion_ids)
+    finally:
+        with torch.no_grad():
+            for p, s in zip(lora_b, saved):
+                p.copy_(s)
+        engine.sync(policy, 0)
+    assert torch.equal(gen(engine, temperature=0.0, n=1).completion_ids, before.completion_ids)
