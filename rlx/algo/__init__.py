@@ -6,7 +6,7 @@ from rlx.algo.config import AlgoConfig
 from rlx.algo.curriculum import PassRateCurriculum
 from rlx.algo.losses import LOSSES, k3_kl, policy_loss, token_entropy
 from rlx.algo.shaping import Shaped, mask_truncated, overlong_penalty, shape_batch, zero_variance_groups
-from rlx.algo.update import NonFiniteError, logprob_diff, update
+from rlx.algo.policy_update import NonFiniteError, logprob_diff, update
 
 
 def check_config(cfg: AlgoConfig) -> None:

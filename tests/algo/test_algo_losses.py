@@ -112,3 +112,30 @@ def test_token_entropy_matches_torch_categorical():
     logits = torch.randn(2, 3, 11, generator=torch.Generator().manual_seed(0)) * 4
     expected = torch.distributions.Categorical(logits=logits).entropy()
     torch.testing.assert_close(token_entropy(logits), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_truncated_is_weight_hand_values():
+    """TIS (algo.tis_cap): trainer == old log-probs (ratio 1), rollout log-probs put the behaviour
+    probability at 1/2, 1 and 1/8 of the trainer's: weights 2, 1, min(8, C=3) = 3 scale each token's
+    -r A term; the ratio and the clip metrics are those of the plain loss."""
+    cfg = AlgoConfig(aggregation="token", tis_cap=3.0)
+    logp = torch.tensor([[math.log(0.4), math.log(0.3), math.log(0.8)]], requires_grad=True)
+    rollout = logp.detach() + torch.tensor([[math.log(0.5), 0.0, math.log(1 / 8)]])
+    w = torch.exp(logp.detach() - rollout).clamp(max=cfg.tis_cap)  # [1, 3]: 2, 1, 3
+    mask = torch.ones_like(logp)
+    weights = token_weights(mask, torch.zeros(1, dtype=torch.long), cfg, 3)
+    loss, m = policy_loss(logp, logp.detach(), torch.tensor([1.0]), weights, mask, cfg, is_weight=w)
+    loss.backward()
+    assert loss.item() == pytest.approx(-(2 + 1 + 3) / 3, rel=1e-6)
+    torch.testing.assert_close(logp.grad, torch.tensor([[-2 / 3, -1 / 3, -1.0]]))
+    assert m["actor/tis_weight/mean"] == pytest.approx(2.0) and m["actor/tis_weight/max"] == pytest.approx(3.0)
+    assert m["actor/ratio/mean"] == pytest.approx(1.0)
+    plain, _ = policy_loss(logp.detach(), logp.detach(), torch.tensor([1.0]), weights, mask, AlgoConfig(aggregation="token"))
+    assert plain.item() == pytest.approx(-1.0)  # without TIS every token counts once
+
+
+def test_tis_cap_must_be_non_negative():
+    from rlx.algo import check_config
+
+    with pytest.raises(ValueError, match="algo.tis_cap"):
+        check_config(AlgoConfig(tis_cap=-1.0))

