@@ -69,3 +69,24 @@ def strip_timing(rows: list[dict]) -> list[dict]:
     from rlx.train import TIMING_PREFIXES
 
     return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in rows]
+
+
+def kill_and_rerun(run_dir: Path, overrides: list[str], first_ckpt: str = "step_2", last_ckpt: str = "step_6") -> None:
+    """Start `python -m rlx.train` (TINY + overrides), kill -9 it once `first_ckpt` exists, then rerun
+    the same command to the end (it resumes from the checkpoint)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "rlx.train", *TINY, *overrides, f"hydra.run.dir={run_dir}"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (Path(run_dir) / "ckpt" / first_ckpt).exists():
+        assert p.poll() is None, "run ended before its first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (Path(run_dir) / "ckpt" / last_ckpt).exists()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)

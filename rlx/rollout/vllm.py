@@ -104,7 +104,7 @@ def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
                     if adapter in mod.lora_A:
                         w = w + mod.get_delta_weight(adapter).float()
             out[f"{name}.weight"] = w
-    return {k: v.detach().to(dtype).cpu() for k, v in out.items()}
+    return {k: v.detach().to(dtype) for k, v in out.items()}  # stays on the trainer device
 
 
 class VLLMEngine(RolloutEngine):

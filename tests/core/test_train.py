@@ -2,16 +2,14 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, TINY, read_metrics, run_tiny, strip_timing
+from tests.conftest import ROOT, TINY, kill_and_rerun, read_metrics, run_tiny, strip_timing
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
 
@@ -47,17 +45,7 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     ref = tmp_path / "ref"
     run_tiny(ref, EASY + ["train.steps=6"])
     run_dir = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "rlx.train", *TINY, *EASY, "train.steps=6", f"hydra.run.dir={run_dir}"]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (run_dir / "ckpt/step_2").exists():
-        assert p.poll() is None, "run ended before its first checkpoint"
-        assert time.time() < deadline
-        time.sleep(0.05)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    assert not (run_dir / "ckpt/step_6").exists()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    kill_and_rerun(run_dir, EASY + ["train.steps=6"])
     assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(ref))
 
 

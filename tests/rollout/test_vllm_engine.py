@@ -3,10 +3,6 @@ kill -9 resume, and the configurations it refuses (before any model is built).""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from importlib.util import find_spec
 
 import pytest
@@ -14,7 +10,7 @@ import torch
 
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams
-from tests.conftest import ROOT, TINY, read_metrics, run_tiny, strip_timing
+from tests.conftest import kill_and_rerun, read_metrics, run_tiny, strip_timing
 from tests.noise.noise_helpers import aqn_config
 from tests.rollout.test_conformance import PROMPTS, trainer_logprobs
 
@@ -75,17 +71,7 @@ def test_vllm_resume_after_kill_equals_uninterrupted(tmp_path):
     ref = tmp_path / "ref"
     run_tiny(ref, over)
     run_dir = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "rlx.train", *TINY, *over, f"hydra.run.dir={run_dir}"]
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (run_dir / "ckpt/step_2").exists():
-        assert p.poll() is None, "run ended before its first checkpoint"
-        assert time.time() < deadline
-        time.sleep(0.05)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    assert not (run_dir / "ckpt/step_6").exists()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    kill_and_rerun(run_dir, over)
     assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(ref))
 
 
