@@ -99,6 +99,10 @@ class VLLMConfig:
     enforce_eager: bool = True  # no CUDA graphs / torch.compile (fast start; tiny models gain nothing)
     sleep_mode: bool = False  # GPU: free vLLM's memory during the update, wake it for generation
     max_num_seqs: int = 256  # sequences vLLM schedules at once
+    # how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md) |
+    # adapter (a PEFT adapter saved per sync, served as a LoRA request; required for a quantized
+    # base, which cannot be merged) | auto (merged, or adapter for a quantized base)
+    sync: str = "auto"
 
 
 @dataclass

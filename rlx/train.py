@@ -111,7 +111,7 @@ def build(cfg, run_dir: Path) -> Parts:
     max_new = max(cfg.rollout.max_new_tokens, cfg.rollout.eval_max_new_tokens or 0)
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
-                            seed=cfg.seed, max_len=2 * max_len + max_new)
+                            seed=cfg.seed, max_len=2 * max_len + max_new, quant_format=cfg.quant.format)
     resume(p)
     p.engine.sync(policy, p.start_step)  # the engine samples from the (resumed) policy
     return p

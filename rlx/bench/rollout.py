@@ -11,12 +11,14 @@ Both engines are driven through rlx's engine interface (`rlx.rollout.build_engin
   model     random-init Qwen2 (`--sizes`: 1m, 10m, 100m) with rlx's char tokenizer, saved to a temp
             dir (vLLM loads it from there), fp32, LoRA r 8 alpha 16 on all linear projections with
             a non-zero B (so the merge in vllm's `sync` changes every projection)
-  no eos    a random model emits eos now and then, which would make the two engines generate
-            different token counts. So the saved model never picks eos: embedding channel 0 is set
-            to 1.0 for every token (a constant "bias channel" in the residual stream, positive after
-            the final RMSNorm) and the lm_head row of eos is -EOS_PUSH on that channel and 0
-            elsewhere, which puts the eos logit tens of nats below the others. Every completion runs
-            to `--max-tokens`; the table reports the fraction that did (`full`).
+  no eos    a random model emits eos now and then (p ~ 0.1 per token at 100M), which would make the
+            two engines generate different token counts. So the saved model never picks eos: a
+            constant "bias channel" in the residual stream (embedding channel 0 = 1.0 for every
+            token; row 0 of every o_proj and down_proj, and of their LoRA B, zeroed so no layer
+            writes it), positive after the final RMSNorm, and the lm_head row of eos = -EOS_PUSH on
+            that channel and 0 elsewhere: the eos logit sits tens of nats below the others. Every
+            completion runs to `--max-tokens`; the table reports the fraction that did (`full`).
+            Compute per token does not depend on the weights' values.
   sampling  temperature 1, top_p 1, top_k 0, `--max-tokens` new tokens, the same on both engines;
             a fresh `torch.Generator().manual_seed(k)` for repeat k
   batches   `--batches` as PROMPTS x COMPLETIONS (default 16x8 = 128 sequences, the default RL batch,
@@ -62,7 +64,7 @@ SIZES: dict[str, dict] = {
 }
 LORA = SimpleNamespace(r=8, alpha=16, dropout=0.0,
                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-EOS_PUSH = 4.0  # lm_head[eos] = -EOS_PUSH * e_0 against a residual channel 0 that is ~ +1 everywhere
+EOS_PUSH = 50.0  # lm_head[eos] = -EOS_PUSH * e_0; residual channel 0 is exactly 1.0 at the final norm
 MAX_POSITIONS = 512
 SEED = 0
 
@@ -86,6 +88,9 @@ def build_policy(size: str, path: Path, seed: int = SEED):
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():  # never eos: see the module docstring
         model.model.embed_tokens.weight[:, 0] = 1.0
+        for layer in model.model.layers:  # no layer writes residual channel 0: it stays 1.0
+            layer.self_attn.o_proj.weight[0] = 0.0
+            layer.mlp.down_proj.weight[0] = 0.0
         model.lm_head.weight[tok.eos_token_id] = 0.0
         model.lm_head.weight[tok.eos_token_id, 0] = -EOS_PUSH
     n_params = sum(p.numel() for p in model.parameters())
@@ -97,6 +102,8 @@ def build_policy(size: str, path: Path, seed: int = SEED):
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.02, generator=gen)
+                if "o_proj" in name or "down_proj" in name:
+                    p[0] = 0.0  # the adapters do not write channel 0 either
     return policy.eval(), tok, n_params
 
 

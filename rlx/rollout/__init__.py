@@ -29,11 +29,12 @@ def check_engine(cfg, head_dim: int, quant_format: str) -> None:
 
 
 def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, base_dir=None, seed: int = 0,
-                 max_len: int | None = None) -> RolloutEngine:
+                 max_len: int | None = None, quant_format: str = "none") -> RolloutEngine:
     cls = engine_class(cfg.engine)
     if cfg.engine == "hf":
         return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head)
-    return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir, seed=seed, max_len=max_len)
+    return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir, seed=seed, max_len=max_len,
+               quant_format=quant_format)
 
 
 __all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class"]

@@ -1,11 +1,14 @@
 """The `vllm` engine: a vLLM `LLM` colocated in the trainer process (TRL's colocate mode).
 
-Weights. vLLM holds its own copy of the base. `sync` merges the LoRA adapter into the base on the
-trainer side (W + scale * B A, in fp32, cast to the engine dtype) and reloads the changed weights
-in place through vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement
-(docs/engine.md): on the tiny default model a merged reload takes ~10 ms, and merged weights
-sample with vLLM's plain dense kernels, where LoRA requests add punica kernels to every forward
-and a save-to-disk of the adapter per step.
+Weights. vLLM holds its own copy of the base. `rollout.vllm.sync=merged` (the default for a
+full-precision base): `sync` merges the LoRA adapter into the base on the trainer side
+(W + scale * B A, in fp32, cast to the engine dtype) and reloads the weights in place through
+vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement (docs/engine.md,
+`python -m rlx.bench.vllm_sync`): both syncs take ~20 ms on the tiny model, but merged weights
+sample with vLLM's plain dense kernels, 2.5x faster than with a LoRA request in every forward.
+`sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is the
+only way for a quantized base (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
+once when the engine starts, and the adapter rides on top; needs a CUDA GPU).
 
 Sampling. One vLLM request per completion, each with its own seed drawn from the caller's torch
 generator, so the same generator state gives the same samples (resume replays them).
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -71,14 +76,33 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
         if quant_format != "none":
             raise ValueError(
                 f"rollout=vllm with quant.format={quant_format}: vLLM's CPU backend cannot serve a {quant_format} "
-                f"base. The NVFP4 compressed-tensors export is served by vLLM on a CUDA GPU (pip install -e '.[gpu]'); "
-                f"on this CPU use rollout=hf, which samples from the packed {quant_format} base directly")
+                f"base (its NVFP4 kernels are GPU-only). The NVFP4 compressed-tensors export is served by vLLM on a "
+                f"CUDA GPU (pip install -e '.[gpu]'); on this CPU use rollout=hf, which samples from the packed "
+                f"{quant_format} base directly")
         if cfg.vllm.sleep_mode:
             raise ValueError("rollout.vllm.sleep_mode: vLLM's CPU backend has no sleep mode (GPU only)")
-    elif quant_format != "none":
-        raise ValueError(
-            f"rollout=vllm with quant.format={quant_format}: serving the exported quantized base with LoRA adapter "
-            f"requests is not implemented yet; use rollout=hf (samples from the packed base) or quant=none")
+    elif quant_format not in ("none", "nvfp4"):
+        raise ValueError(f"rollout=vllm with quant.format={quant_format}: vLLM serves rlx's nvfp4 export "
+                         f"(compressed-tensors); a {quant_format} base is not exported. Use quant=nvfp4 or rollout=hf")
+    if cfg.vllm.sync not in ("auto", "merged", "adapter"):
+        raise ValueError(f"rollout.vllm.sync: '{cfg.vllm.sync}' is not auto, merged or adapter")
+    if quant_format != "none" and cfg.vllm.sync == "merged":
+        raise ValueError(f"rollout.vllm.sync=merged with quant.format={quant_format}: a quantized base cannot take "
+                         f"merged LoRA weights; use rollout.vllm.sync=adapter (or auto)")
+
+
+def _lora_layers(policy):
+    from peft.tuners.lora import LoraLayer
+
+    return [m for m in causal_lm(policy).modules() if isinstance(m, LoraLayer)]
+
+
+def _vllm_rank(r: int) -> int:
+    """The smallest LoRA rank slot vLLM accepts that holds r."""
+    for slot in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if r <= slot:
+            return slot
+    raise ValueError(f"model.lora.r={r}: vLLM serves LoRA ranks up to 512")
 
 
 def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -109,7 +133,7 @@ def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 class VLLMEngine(RolloutEngine):
     def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
-                 seed: int = 0, max_len: int | None = None):
+                 seed: int = 0, max_len: int | None = None, quant_format: str = "none"):
         vllm = _import_vllm()
         if fp32_head and trainer.dtype != torch.float32:
             raise ValueError("algo.fp32_lm_head with rollout=vllm: vLLM computes the LM head in the engine dtype; "
@@ -123,9 +147,19 @@ class VLLMEngine(RolloutEngine):
         hf_cfg = json.loads((Path(base_dir) / "config.json").read_text())
         limit = int(hf_cfg.get("max_position_embeddings", 2048))
         max_model_len = int(cfg.vllm.max_model_len) or min(limit, max_len or limit)
-        kwargs = dict(model=str(base_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[self.dtype],
+        self.mode = cfg.vllm.sync if cfg.vllm.sync != "auto" else ("adapter" if quant_format != "none" else "merged")
+        self._tmp = tempfile.mkdtemp(prefix="rlx-vllm-")  # adapters (and a quantized export) live here
+        serve_dir = base_dir
+        if quant_format != "none":  # vLLM serves rlx's NVFP4 export: compressed-tensors, weight-only
+            from rlx.quant.export import export_compressed_tensors
+
+            serve_dir = export_compressed_tensors(policy, tokenizer, Path(self._tmp) / "base_nvfp4")
+        kwargs = dict(model=str(serve_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[self.dtype],
                       max_model_len=max_model_len, seed=seed, enforce_eager=bool(cfg.vllm.enforce_eager),
                       logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
+        if self.mode == "adapter":
+            self.lora_r = max(int(m.r[k]) for m in _lora_layers(policy) for k in m.r)
+            kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(self.lora_r), max_loras=1)
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(cfg.vllm.kv_cache_gb * (1 << 30))
         else:
@@ -133,6 +167,7 @@ class VLLMEngine(RolloutEngine):
             kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
         self.llm = vllm.LLM(**kwargs)
         self._SP = vllm.SamplingParams
+        self.lora_request = None
         self.sleeping = False
         self.version = -1
         self.sync(policy, 0)
@@ -155,8 +190,19 @@ class VLLMEngine(RolloutEngine):
 
     def sync(self, policy, version: int) -> None:
         self._wake()
-        weights = merged_state_dict(policy, self.dtype)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
+        if self.mode == "merged":
+            weights = merged_state_dict(policy, self.dtype)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
+        else:  # a fresh adapter directory and a fresh LoRA id per sync (vLLM caches adapters by id)
+            from vllm.lora.request import LoRARequest
+
+            n = self.lora_request.lora_int_id + 1 if self.lora_request is not None else 1
+            path = Path(self._tmp) / f"adapter_{n}"
+            policy.save_pretrained(path)
+            old, self.lora_request = self.lora_request, LoRARequest(f"rlx-v{version}", n, str(path))
+            if old is not None:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
         self.version = int(version)
 
@@ -179,7 +225,7 @@ class VLLMEngine(RolloutEngine):
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     max_tokens=sampling.max_tokens, stop_token_ids=stop, logprobs=0, detokenize=False,
                     seed=seeds[i * n + j] if sampling.temperature > 0 else None))
-        outs = self.llm.generate(requests, params, use_tqdm=False)
+        outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         N = len(outs)
         T = max(1, max(len(o.outputs[0].token_ids) for o in outs))
         comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)  # [N, T]
@@ -202,6 +248,7 @@ class VLLMEngine(RolloutEngine):
         return batch
 
     def close(self) -> None:
+        shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             del llm

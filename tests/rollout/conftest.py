@@ -15,7 +15,10 @@ from omegaconf import OmegaConf
 from rlx.config import RolloutConfig, TrainerConfig
 from rlx.device import resolve
 
-ENGINES = ["hf", "vllm"]
+# test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it
+VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),
+            "vllm-adapter": ("vllm", {"vllm": {"sync": "adapter"}})}
+ENGINES = list(VARIANTS)
 
 
 def tiny_policy(path, seed: int = 0):
@@ -46,9 +49,11 @@ def tiny_policy(path, seed: int = 0):
 
 
 def make_engine(name: str, policy, tok, path, dtype: str = "fp32", **rollout):
+    """Engine variant `name` (a key of VARIANTS) serving `policy`."""
     from rlx.rollout import build_engine
 
-    cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": name, **rollout})
+    engine, overrides = VARIANTS[name]
+    cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": engine, **overrides, **rollout})
     trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype=dtype)))
     return build_engine(cfg, tok, policy, trainer, base_dir=path, seed=0, max_len=96)
 
@@ -60,7 +65,7 @@ def served(request, tmp_path_factory):
     policy, tok = tiny_policy(path)
     out = {"path": path}
     for name in ENGINES:
-        if name == "vllm":
+        if name.startswith("vllm"):
             pytest.importorskip("vllm")
         out[name] = (make_engine(name, policy, tok, path), policy, tok)
     yield out
