@@ -226,6 +226,7 @@ def rl_step(p: Parts, step: int) -> dict:
     m.update(shaped.metrics)
     gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens
     m["timing_s/gen"] = time.time() - t_gen
+    p.engine.sleep()  # rollout.vllm.sleep_mode (GPU): vLLM's memory is the trainer's until the sync
     t_train = time.time()
     train_noise = p.noise if cfg.noise.apply_in_train_forward else None
     um, trained_tokens = A.update(p.policy, p.opt, p.sched, shaped.batch, shaped.rewards, cfg,

@@ -253,8 +253,11 @@ def main(argv: list[str] | None = None) -> dict:
         p.error(str(e))
     if not batches or a.repeats < 1 or a.max_tokens < 1 or a.threads < 1:
         p.error("need at least one batch, --repeats >= 1, --max-tokens >= 1, --threads >= 1")
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)  # before vLLM: its CPU worker turns set_num_threads into a no-op
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(a.threads)  # before vLLM: its CPU worker turns set_num_threads into a no-op
+    if torch.get_num_threads() != a.threads:  # a vLLM engine already ran in this process
+        print(f"[bench] warning: torch runs {torch.get_num_threads()} threads, not --threads {a.threads} "
+              f"(torch.set_num_threads was disabled by an earlier vLLM engine in this process)", flush=True)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
     import transformers
@@ -291,6 +294,7 @@ def main(argv: list[str] | None = None) -> dict:
             rows += size_rows
     finally:
         torch.set_num_threads = set_threads  # undo vLLM's no-op patch (all engines are closed)
+        torch.set_num_threads(threads_before)
         if tmp is not None:
             tmp.cleanup()
     meta["wall_s"] = time.perf_counter() - start

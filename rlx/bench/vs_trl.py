@@ -5,9 +5,9 @@ weights, the same prompts and the same batch, split into generation and training
 
   model     random-init Qwen2 (`--sizes`: 1m, 10m) with rlx's offline char tokenizer, saved once to a
             temp dir that both sides load (`model=hf model.path=DIR` / `from_pretrained(DIR)`)
-  batch     16 `arith` training prompts x 8 completions, temperature 1, `--max-new` new tokens
-            (a random model rarely emits eos, so completions run to about the limit on both
-            sides; the mean completion length of each side is reported)
+  batch     16 `arith` training prompts x 8 completions, temperature 1, at most `--max-new` new
+            tokens (a random model draws eos with probability ~1/vocab per token, so lengths are
+            set by the sampling stream, not the model; each side's mean completion length is reported)
   update    LoRA r 8 alpha 16 on all linear projections, lr 1e-5, one optimizer step per batch,
             beta 0, grad clip 1, no gradient checkpointing, `--dtype` (float32) weights, no autocast
   phases    gen   = sampling + rewards + advantages   (rlx `timing_s/gen`; TRL `_generate_and_score_completions`)
@@ -19,9 +19,12 @@ weights, the same prompts and the same batch, split into generation and training
             subprocess with the same torch thread count (`--threads`); step 1 (warm-up) is dropped
 
 The table gives per-side seconds (mean over repeats of the per-run mean over steps 2..N), the
-ratio rlx / TRL (< 1 means rlx is faster) and its spread [min-max] over the repeat pairs. It is
-written to `--out` (outputs/bench/vs_trl.json) too. TRL generates with plain `model.generate` on
-the CPU unless `--trl-vllm`; rlx uses `--engine` (hf | vllm) through `rollout=<engine>`.
+ratio rlx / TRL (< 1 means rlx is faster) and its spread [min-max] over the repeat pairs, first in
+wall time, then in process CPU time (`time.process_time` around rlx's `rl_step` / `algo.update`
+and TRL's step / generation; CPU = step - train for rlx's gen): on a machine shared with other
+jobs the CPU time moves far less than the wall time, and with `--threads 1` it is the work done.
+Both are written to `--out` (outputs/bench/vs_trl.json). TRL generates with plain `model.generate`
+on the CPU unless `--trl-vllm`; rlx uses `--engine` (hf | vllm) through `rollout=<engine>`.
 """
 
 from __future__ import annotations
@@ -99,13 +102,32 @@ def rlx_overrides(model_dir: str, max_new: int, steps: int, engine: str, dtype: 
     return base + [f"{key}={threads}"]
 
 
+def _cpu_timed(fn, out: list):
+    """`fn`, appending the process CPU seconds of each call to `out`."""
+    def wrapped(*args, **kwargs):
+        t0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            out.append(time.process_time() - t0)
+    return wrapped
+
+
 def worker_rlx(a) -> dict:
+    import rlx.algo
+    import rlx.train
     from rlx.logging import read_metrics
-    from rlx.train import run
 
     cfg = compose_rlx(rlx_overrides(a.model_dir, a.max_new, a.steps, a.engine, a.dtype, a.threads))
     run_dir = Path(a.work) / "rlx_run"
-    run(cfg, run_dir)
+    # Process CPU time per step (`rl_step`, evaluation excluded) and per update (`algo.update`), in this
+    # process only; the wall times come from metrics.jsonl. Skipped where the loop has no such functions.
+    cpu_step: list[float] = []
+    cpu_train: list[float] = []
+    if callable(getattr(rlx.train, "rl_step", None)) and callable(getattr(rlx.algo, "update", None)):
+        rlx.train.rl_step = _cpu_timed(rlx.train.rl_step, cpu_step)
+        rlx.algo.update = _cpu_timed(rlx.algo.update, cpu_train)
+    rlx.train.run(cfg, run_dir)
     rows = [r for r in read_metrics(run_dir) if r.get("step", 0) >= 1 and "timing_s/step" in r]
     steps = [{
         "step": r["step"],
@@ -114,6 +136,9 @@ def worker_rlx(a) -> dict:
         "train_s": r["timing_s/train"],
         "mean_len": r["response_length/mean"],
     } for r in rows]
+    if len(cpu_step) == len(cpu_train) == len(steps):
+        for s, c, t in zip(steps, cpu_step, cpu_train):
+            s.update(step_cpu=c, gen_cpu=c - t, train_cpu=t)
     return {"steps": steps}
 
 
@@ -137,25 +162,29 @@ def worker_trl(a) -> dict:
         """rlx's task scoring (parses text) for TRL's reward-function interface."""
         return task.total_reward(task.score([by_prompt[p] for p in prompts], completions))
 
-    gen_s: list[float] = []
+    gen_s: list[tuple[float, float]] = []  # (wall, process CPU) seconds
     lens: list[float] = []
-    step_s: list[float] = []
+    step_s: list[tuple[float, float]] = []
 
     class TimedGRPOTrainer(GRPOTrainer):
+        """Times its own generation phase (sampling + rewards + advantages) by calling the parent's."""
+
         def _generate_and_score_completions(self, inputs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = super()._generate_and_score_completions(inputs)
             if self.model.training:
-                gen_s.append(time.perf_counter() - t0)
+                gen_s.append((time.perf_counter() - t0, time.process_time() - c0))
                 lens.append(out["completion_mask"].sum(1).float().mean().item())
             return out
 
     class StepTimer(TrainerCallback):
+        """One optimizer step: generation, loss, backward, clip, optimizer and scheduler step."""
+
         def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kw):
-            step_s.append(time.perf_counter() - self.t0)
+            step_s.append((time.perf_counter() - self.t0, time.process_time() - self.c0))
 
     tok = AutoTokenizer.from_pretrained(a.model_dir, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=DTYPES[a.dtype], local_files_only=True)
@@ -180,8 +209,9 @@ def worker_trl(a) -> dict:
     trainer.train()
     if not (len(step_s) == len(gen_s) == a.steps):
         raise RuntimeError(f"TRL timing: {len(step_s)} steps, {len(gen_s)} generations, expected {a.steps}")
-    steps = [{"step": i + 1, "step_s": s, "gen_s": g, "train_s": s - g, "mean_len": n_}
-             for i, (s, g, n_) in enumerate(zip(step_s, gen_s, lens))]
+    steps = [{"step": i + 1, "step_s": s, "gen_s": g, "train_s": s - g, "mean_len": n_,
+              "step_cpu": sc, "gen_cpu": gc, "train_cpu": sc - gc}
+             for i, ((s, sc), (g, gc), n_) in enumerate(zip(step_s, gen_s, lens))]
     return {"steps": steps}
 
 
@@ -208,39 +238,50 @@ def run_side(side: str, model_dir: Path, max_new: int, a, work: Path) -> dict:
 
 
 def summarize_run(run: dict) -> dict:
-    """Per-run means over the timed steps (step 1, the warm-up, dropped when there is more than one step)."""
+    """Per-run means over the timed steps (step 1, the warm-up, dropped when there is more than one step):
+    wall seconds `step`, `gen`, `train`, and process CPU seconds `step_cpu`, ... where the run has them."""
     steps = [s for s in run["steps"] if s["step"] >= 2] or run["steps"]
-    return {k: statistics.fmean(s[f"{k}_s"] for s in steps) for k in PHASES} | {
-        "mean_len": statistics.fmean(s["mean_len"] for s in steps), "n_steps": len(steps)}
+    out = {k: statistics.fmean(s[f"{k}_s"] for s in steps) for k in PHASES}
+    if all(f"{k}_cpu" in s for s in steps for k in PHASES):
+        out |= {f"{k}_cpu": statistics.fmean(s[f"{k}_cpu"] for s in steps) for k in PHASES}
+    return out | {"mean_len": statistics.fmean(s["mean_len"] for s in steps), "n_steps": len(steps)}
 
 
 def aggregate(runs: dict[str, list[dict]]) -> dict:
     """Per side: mean and [min, max] over repeats; ratio rlx/TRL of the means, spread over repeat pairs."""
+    per = {side: [summarize_run(r) for r in runs[side]] for side in ("rlx", "trl")}
+    keys = [k for k in per["rlx"][0] if k != "n_steps" and all(k in p for side in per for p in per[side])]
     row: dict = {}
     for side in ("rlx", "trl"):
-        per = [summarize_run(r) for r in runs[side]]
-        for k in PHASES + ("mean_len",):
-            vals = [p[k] for p in per]
+        for k in keys:
+            vals = [p[k] for p in per[side]]
             row[f"{side}_{k}"] = statistics.fmean(vals)
             row[f"{side}_{k}_range"] = [min(vals), max(vals)]
-    for k in PHASES:
-        pairs = [summarize_run(r)[k] / summarize_run(t)[k] for r, t in zip(runs["rlx"], runs["trl"])]
+    for k in keys:
+        if k == "mean_len":
+            continue
+        pairs = [r[k] / t[k] for r, t in zip(per["rlx"], per["trl"])]
         row[f"ratio_{k}"] = row[f"rlx_{k}"] / row[f"trl_{k}"]
         row[f"ratio_{k}_range"] = [min(pairs), max(pairs)]
     return row
 
 
-def format_table(rows: list[dict]) -> str:
-    head = ("| size | params | T | len rlx/TRL | rlx step s | TRL step s | step rlx/TRL | rlx gen s | TRL gen s "
-            "| gen rlx/TRL | rlx train s | TRL train s | train rlx/TRL |")
+def format_table(rows: list[dict], suffix: str = "") -> str:
+    """Markdown table of wall seconds (`suffix` ""), or of process CPU seconds (`suffix` "_cpu")."""
+    unit = "s" if not suffix else "CPU s"
+    head = "| size | params | T | len rlx/TRL |" + "".join(
+        f" rlx {k} {unit} | TRL {k} {unit} | {k} rlx/TRL |" for k in PHASES)
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
+        if f"ratio_step{suffix}" not in r:
+            continue
         cells = [r["size"], f"{r['params'] / 1e6:.2f}M", str(r["max_new"]), f"{r['rlx_mean_len']:.1f}/{r['trl_mean_len']:.1f}"]
         for k in PHASES:
+            k = k + suffix
             lo, hi = r[f"ratio_{k}_range"]
             cells += [f"{r[f'rlx_{k}']:.2f}", f"{r[f'trl_{k}']:.2f}", f"{r[f'ratio_{k}']:.2f} [{lo:.2f}-{hi:.2f}]"]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -311,22 +352,27 @@ def main(argv: list[str] | None = None) -> dict:
                         r = run_side(side, model_dir, max_new, a, work / f"{size}_T{max_new}_{rep}_{side}")
                         runs[side].append(r)
                         s = summarize_run(r)
+                        cpu = (f" | CPU step {s['step_cpu']:.2f}s gen {s['gen_cpu']:.2f}s train {s['train_cpu']:.2f}s"
+                               if "step_cpu" in s else "")
                         print(f"[run] {size} T={max_new} repeat {rep} {side:3}: step {s['step']:.2f}s gen "
-                              f"{s['gen']:.2f}s train {s['train']:.2f}s len {s['mean_len']:.1f} "
-                              f"(wall {r['wall_s']:.0f}s)", flush=True)
+                              f"{s['gen']:.2f}s train {s['train']:.2f}s{cpu} len {s['mean_len']:.1f} "
+                              f"(run {r['wall_s']:.0f}s)", flush=True)
                 row = {"size": size, "params": n_params, "max_new": max_new, **aggregate(runs)}
                 rows.append(row)
                 raw.append({"size": size, "max_new": max_new, "runs": runs})
     finally:
         if tmp is not None:
             tmp.cleanup()
-    table = format_table(rows)
-    print(table)
+    table, cpu_table = format_table(rows), format_table(rows, "_cpu")
+    print("wall time\n" + table)
+    if cpu_table:
+        print("process CPU time (less sensitive to other jobs on the machine; with threads > 1 it counts "
+              "every thread, spin-waits included)\n" + cpu_table)
     print("seconds: mean over repeats of each run's mean over steps 2..N; ratio < 1: rlx faster; "
           "[min-max] over the repeat pairs")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"meta": meta, "rows": rows, "table": table, "raw": raw}
+    result = {"meta": meta, "rows": rows, "table": table, "cpu_table": cpu_table, "raw": raw}
     out.write_text(json.dumps(result, indent=2))
     print(f"[bench] wrote {out}")
     return result

@@ -140,5 +140,8 @@ class RolloutEngine:
         """n samples per prompt, rows prompt-major (row i is prompt i // n), on the CPU."""
         raise NotImplementedError
 
+    def sleep(self) -> None:
+        """Free device memory while the trainer updates (vLLM sleep mode); the next sync wakes it."""
+
     def close(self) -> None:
         """Release the engine's resources (vLLM memory); the engine is unusable afterwards."""
