@@ -86,7 +86,7 @@ def check(cfg) -> D.Trainer:
         raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
     SamplingParams.from_config(cfg.rollout)
     trainer = D.resolve(cfg.trainer)
-    check_engine(cfg.rollout, head_dim(cfg), cfg.quant.format)
+    check_engine(cfg.rollout, head_dim(cfg) if cfg.rollout.engine == "vllm" else None, cfg.quant.format)
     return trainer
 
 

@@ -11,14 +11,14 @@ Both engines are driven through rlx's engine interface (`rlx.rollout.build_engin
   model     random-init Qwen2 (`--sizes`: 1m, 10m, 100m) with rlx's char tokenizer, saved to a temp
             dir (vLLM loads it from there), fp32, LoRA r 8 alpha 16 on all linear projections with
             a non-zero B (so the merge in vllm's `sync` changes every projection)
-  no eos    a random model emits eos now and then (p ~ 0.1 per token at 100M), which would make the
-            two engines generate different token counts. So the saved model never picks eos: a
-            constant "bias channel" in the residual stream (embedding channel 0 = 1.0 for every
-            token; row 0 of every o_proj and down_proj, and of their LoRA B, zeroed so no layer
-            writes it), positive after the final RMSNorm, and the lm_head row of eos = -EOS_PUSH on
-            that channel and 0 elsewhere: the eos logit sits tens of nats below the others. Every
-            completion runs to `--max-tokens`; the table reports the fraction that did (`full`).
-            Compute per token does not depend on the weights' values.
+  no eos    a random model emits eos now and then, which would make the two engines generate
+            different token counts. So the saved model never picks eos: a constant "bias channel"
+            in the residual stream (embedding channel 0 = 1.0 for every token; row 0 of every
+            o_proj and down_proj, and of their LoRA B, zeroed so no layer writes it), positive
+            after the final RMSNorm, and the lm_head row of eos = -EOS_PUSH on that channel and 0
+            elsewhere: the eos logit sits tens of nats below the others. Every completion runs to
+            `--max-tokens`; the table reports the fraction that did (`full`). Compute per token
+            does not depend on the weights' values.
   sampling  temperature 1, top_p 1, top_k 0, `--max-tokens` new tokens, the same on both engines;
             a fresh `torch.Generator().manual_seed(k)` for repeat k
   batches   `--batches` as PROMPTS x COMPLETIONS (default 16x8 = 128 sequences, the default RL batch,
@@ -33,10 +33,12 @@ Reported per (size, batch): the median tokens/s of each engine over the repeats,
 vllm/hf of the medians (> 1 means vllm is faster) and each repeat's ratio. Written to `--out`
 (outputs/bench/rollout.json) as well.
 
-Threads: `--threads` is set with torch.set_num_threads before the first vLLM engine is built.
-vLLM's CPU worker then replaces `torch.set_num_threads` with a no-op for the rest of the process
-(it pins its threads once), so the count cannot change afterwards; both engines share that one
-torch thread pool. The bench puts the real `torch.set_num_threads` back when it ends.
+Threads: `--threads` is set with torch.set_num_threads before the first vLLM engine is built;
+both engines share that one torch thread pool (rlx's vllm engine runs vLLM unpinned and keeps
+torch.set_num_threads working, see rlx/rollout/vllm.py). On a
+machine shared with other jobs use `--threads 1`: with 2 threads on a loaded 2-core machine the
+hf engine ran tens of times slower (presumably OpenMP threads waiting on descheduled peers),
+see docs/bench_rollout.md.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -254,10 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not batches or a.repeats < 1 or a.max_tokens < 1 or a.threads < 1:
         p.error("need at least one batch, --repeats >= 1, --max-tokens >= 1, --threads >= 1")
     threads_before = torch.get_num_threads()
-    torch.set_num_threads(a.threads)  # before vLLM: its CPU worker turns set_num_threads into a no-op
-    if torch.get_num_threads() != a.threads:  # a vLLM engine already ran in this process
-        print(f"[bench] warning: torch runs {torch.get_num_threads()} threads, not --threads {a.threads} "
-              f"(torch.set_num_threads was disabled by an earlier vLLM engine in this process)", flush=True)
+    torch.set_num_threads(a.threads)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
     import transformers
@@ -271,13 +271,12 @@ def main(argv: list[str] | None = None) -> dict:
         "cpus": os.cpu_count(), "threads": a.threads, "torch": torch.__version__,
         "transformers": transformers.__version__, "vllm": getattr(vllm, "__version__", "?"), "dtype": "float32",
         "repeats": a.repeats, "lora_r": LORA.r, "lora_alpha": LORA.alpha, "temperature": 1.0, "top_p": 1.0,
-        "eos_push": EOS_PUSH, "argv": argv,
+        "eos_push": EOS_PUSH, "argv": sys.argv[1:] if argv is None else list(argv),
     }
     print(f"rollout bench: engines {'/'.join(ENGINES)}, fp32, LoRA r {LORA.r}, threads {a.threads}/{os.cpu_count()} "
           f"cpus, batches {a.batches}, T {a.max_tokens} {a.size_max_tokens}, {a.repeats} alternating repeats",
           flush=True)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
-    set_threads = torch.set_num_threads
     tmp = None
     if a.work_dir:
         work = Path(a.work_dir)
@@ -293,7 +292,6 @@ def main(argv: list[str] | None = None) -> dict:
             infos.append(info)
             rows += size_rows
     finally:
-        torch.set_num_threads = set_threads  # undo vLLM's no-op patch (all engines are closed)
         torch.set_num_threads(threads_before)
         if tmp is not None:
             tmp.cleanup()

@@ -19,7 +19,7 @@ def engine_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def check_engine(cfg, head_dim: int, quant_format: str) -> None:
+def check_engine(cfg, head_dim: int | None, quant_format: str) -> None:
     """Validate the engine choice before any model is built (unknown name, vLLM limits)."""
     engine_class(cfg.engine)
     if cfg.engine == "vllm":

@@ -165,7 +165,13 @@ class VLLMEngine(RolloutEngine):
         else:
             kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
             kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
+        set_threads = torch.set_num_threads
         self.llm = vllm.LLM(**kwargs)
+        if self.on_cpu and os.environ.get("VLLM_CPU_OMP_THREADS_BIND") == "nobind":
+            # vLLM's CPU worker replaces torch.set_num_threads with a no-op because it pins its
+            # OpenMP threads; with nobind (rlx's default) nothing is pinned, so the trainer keeps
+            # control of its thread count (trainer.threads) for the rest of the process.
+            torch.set_num_threads = set_threads
         self._SP = vllm.SamplingParams
         self.lora_request = None
         self.sleeping = False
