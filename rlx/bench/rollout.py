@@ -51,12 +51,13 @@ import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+
+from rlx.bench.common import work_dir
 
 ENGINES = ("hf", "vllm")
 # Qwen2 shapes; head_dim = hidden / heads is 32 or 64 (served by vLLM's CPU attention).
@@ -277,13 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"cpus, batches {a.batches}, T {a.max_tokens} {a.size_max_tokens}, {a.repeats} alternating repeats",
           flush=True)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
-    tmp = None
-    if a.work_dir:
-        work = Path(a.work_dir)
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="rlx_bench_rollout_")
-        work = Path(tmp.name)
+    work, tmp = work_dir(a.work_dir, "rlx_bench_rollout_")
     rows, infos = [], []
     start = time.perf_counter()
     try:

