@@ -40,3 +40,4 @@ class AlgoConfig:
     warmup_steps: int = 0
     mu: int = 1  # optimizer steps per rollout batch
     micro_batch_size: int = 64  # sequences per forward/backward
+    trim_padding: bool = False  # sort rows by length; each micro-batch computes only its own longest row

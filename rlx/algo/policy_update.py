@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 
@@ -27,6 +28,34 @@ from rlx.models.forward import token_logprobs
 
 class NonFiniteError(RuntimeError):
     pass
+
+
+@dataclass
+class MicroBatch:
+    rows: slice | torch.Tensor  # which rows of the batch
+    ids: torch.Tensor  # [n, P' + T'] input ids on the trainer device
+    attn: torch.Tensor  # [n, P' + T']
+    T: int  # completion columns T' <= T this micro-batch computes
+
+
+def micro_batches(batch, size: int, trim: bool, dev) -> list[MicroBatch]:
+    """Split the batch for the update. `trim` (algo.trim_padding): rows sorted by completion length
+    (longest first), and each micro-batch cut to its own longest prompt and completion, so no
+    forward runs over columns that are padding in every row (same loss, summed in another order)."""
+    N, P, T = len(batch), batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
+    if not trim:
+        ids, attn = batch.input_ids.to(dev), batch.attention_mask.to(dev)  # [N, P+T]
+        return [MicroBatch(slice(s, s + size), ids[s: s + size], attn[s: s + size], T) for s in range(0, N, size)]
+    order = torch.argsort(batch.completion_mask.sum(1), descending=True, stable=True)
+    out = []
+    for s in range(0, N, size):
+        r = order[s: s + size]
+        tc = max(1, int(batch.completion_mask[r].sum(1).max()))
+        pp = max(1, int(batch.prompt_mask[r].sum(1).max()))
+        ids = torch.cat([batch.prompt_ids[r, P - pp:], batch.completion_ids[r, :tc]], 1)
+        attn = torch.cat([batch.prompt_mask[r, P - pp:], batch.completion_mask[r, :tc]], 1)
+        out.append(MicroBatch(r.to(dev), ids.to(dev), attn.to(dev), tc))
+    return out
 
 
 def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -54,15 +83,15 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
         mask = mask_truncated(mask, batch.truncated)
     weights = token_weights(mask, group, a, cfg.rollout.max_new_tokens).to(dev)  # [N, T] FULL-batch normalizers
     mask = mask.to(dev)
-    ids, attn = batch.input_ids.to(dev), batch.attention_mask.to(dev)  # [N, P+T]
-    T = batch.completion_ids.shape[1]
     rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
     temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
-    slices = [slice(s, s + a.micro_batch_size) for s in range(0, len(batch), a.micro_batch_size)]
+    micro = micro_batches(batch, a.micro_batch_size, a.trim_padding, dev)
     ref = None
     if a.beta > 0:  # reference = the same model with adapters disabled
+        ref = torch.zeros_like(rollout_logp)  # [N, T]
         with torch.no_grad(), policy.disable_adapter(), autocast(trainer):
-            ref = torch.cat([token_logprobs(policy, ids[s], attn[s], T, temp, fp32_head) for s in slices]).float()
+            for mb in micro:
+                ref[mb.rows, : mb.T] = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head).float()
     want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
     first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
     entropy = torch.zeros_like(rollout_logp) if want_entropy else None
@@ -74,30 +103,32 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     for epoch in range(a.mu):
         opt.zero_grad(set_to_none=True)
         tok_total = 0.0
-        for s in slices:
+        for mb in micro:
+            r, t = mb.rows, slice(0, mb.T)  # this micro-batch's rows and completion columns
             noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
             with noisy:  # restored only after backward (autograd holds the noisy weights)
                 with autocast(trainer):
-                    out = token_logprobs(policy, ids[s], attn[s], T, temp, fp32_head, with_entropy=want_entropy and epoch == 0)
+                    out = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head,
+                                         with_entropy=want_entropy and epoch == 0)
                 logp, ent = out if isinstance(out, tuple) else (out.float(), None)
                 logp = logp.float()
                 is_weight = None
                 if epoch == 0:
-                    first_logp[s] = logp.detach()
+                    first_logp[r, t] = logp.detach()
                     if ent is not None:
-                        entropy[s] = ent
+                        entropy[r, t] = ent
                 if a.tis_cap > 0:  # TIS: ratio vs the trainer's pre-update log-probs, weight vs the rollout's
-                    is_weight = torch.exp(first_logp[s] - rollout_logp[s]).clamp(max=a.tis_cap)
-                    old_s = first_logp[s]
+                    is_weight = torch.exp(first_logp[r, t] - rollout_logp[r, t]).clamp(max=a.tis_cap)
+                    old_s = first_logp[r, t]
                 else:
-                    old_s = old[s]
-                loss, lm = policy_loss(logp, old_s, adv[s], weights[s], mask[s], a,
-                                       ref_logp=ref[s] if ref is not None else None, is_weight=is_weight)
+                    old_s = old[r, t]
+                loss, lm = policy_loss(logp, old_s, adv[r], weights[r, t], mask[r, t], a,
+                                       ref_logp=ref[r, t] if ref is not None else None, is_weight=is_weight)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
                                          "last checkpoint left intact")
                 loss.backward()
-            ntok = float(mask[s].sum())
+            ntok = float(mask[r, t].sum())
             tok_total += ntok
             for k, v in lm.items():  # token-weighted mean over micro-batches (max for */max)
                 agg[k] = max(agg.get(k, -math.inf), v) if k.endswith("/max") else agg.get(k, 0.0) + v * ntok
