@@ -5,7 +5,7 @@ full-precision base): `sync` merges the LoRA adapter into the base on the traine
 (W + scale * B A, in fp32, cast to the engine dtype) and reloads the weights in place through
 vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement (docs/engine.md,
 `python -m rlx.bench.vllm_sync`): both syncs take ~20 ms on the tiny model, but merged weights
-sample with vLLM's plain dense kernels, 2.5x faster than with a LoRA request in every forward.
+sample with vLLM's plain dense kernels, 2.2x faster than with a LoRA request in every forward.
 `sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is the
 only way for a quantized base (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
 once when the engine starts, and the adapter rides on top; needs a CUDA GPU).
