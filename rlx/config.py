@@ -95,7 +95,7 @@ class VLLMConfig:
 
     gpu_memory_utilization: float = 0.3  # GPU: fraction of device memory vLLM may take (weights + KV cache)
     kv_cache_gb: float = 0.25  # CPU: explicit KV-cache size (vLLM's CPU backend has no memory profiling)
-    max_model_len: int = 0  # 0 => prompt length + max new tokens of the task, rounded up
+    max_model_len: int = 0  # 0 => twice the longest sampled task prompt + max new tokens, capped by the model
     enforce_eager: bool = True  # no CUDA graphs / torch.compile (fast start; tiny models gain nothing)
     sleep_mode: bool = False  # GPU: free vLLM's memory during the update, wake it for generation
     max_num_seqs: int = 256  # sequences vLLM schedules at once

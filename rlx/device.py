@@ -21,11 +21,6 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 class Trainer:
     device: torch.device
     dtype: torch.dtype  # compute dtype of forward passes (autocast); parameters keep theirs
-    threads: int  # torch intra-op threads in use
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
 
     @property
     def num_devices(self) -> int:
@@ -49,7 +44,7 @@ def resolve(cfg) -> Trainer:
         raise ValueError(f"trainer.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    return Trainer(torch.device(dev), DTYPES[cfg.dtype], torch.get_num_threads())
+    return Trainer(torch.device(dev), DTYPES[cfg.dtype])
 
 
 def autocast(trainer: Trainer):

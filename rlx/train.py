@@ -31,7 +31,7 @@ from rlx.checkpoint import Checkpointer
 from rlx.config import register_configs
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import RunLogger, read_metrics
-from rlx.models import base_dir, build_policy, head_dim
+from rlx.models import base_dir, build_policy
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, build_engine, check_engine
 from rlx.rollout.schedule import generate_groups
@@ -86,7 +86,7 @@ def check(cfg) -> D.Trainer:
         raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
     SamplingParams.from_config(cfg.rollout)
     trainer = D.resolve(cfg.trainer)
-    check_engine(cfg.rollout, head_dim(cfg) if cfg.rollout.engine == "vllm" else None, cfg.quant.format)
+    check_engine(cfg)
     return trainer
 
 

@@ -95,7 +95,6 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
     first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
     entropy = torch.zeros_like(rollout_logp) if want_entropy else None
-    old = rollout_logp  # ratio against the behaviour policy (PPO-off-policy style for mu > 1)
     agg: dict[str, float] = {}
     trained_tokens = 0
     tok_total = 0.0
@@ -110,7 +109,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
                 with autocast(trainer):
                     out = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head,
                                          with_entropy=want_entropy and epoch == 0)
-                logp, ent = out if isinstance(out, tuple) else (out.float(), None)
+                logp, ent = out if isinstance(out, tuple) else (out, None)
                 logp = logp.float()
                 is_weight = None
                 if epoch == 0:
@@ -120,8 +119,8 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
                 if a.tis_cap > 0:  # TIS: ratio vs the trainer's pre-update log-probs, weight vs the rollout's
                     is_weight = torch.exp(first_logp[r, t] - rollout_logp[r, t]).clamp(max=a.tis_cap)
                     old_s = first_logp[r, t]
-                else:
-                    old_s = old[r, t]
+                else:  # ratio against the behaviour policy (PPO-off-policy style for mu > 1)
+                    old_s = rollout_logp[r, t]
                 loss, lm = policy_loss(logp, old_s, adv[r], weights[r, t], mask[r, t], a,
                                        ref_logp=ref[r, t] if ref is not None else None, is_weight=is_weight)
                 if not torch.isfinite(loss):

@@ -72,9 +72,8 @@ def shape_batch(batch, rewards: Tensor, cfg: AlgoConfig, group_size: int, prompt
             more, r2 = refill(B - have)
             gen_tokens += int(more.completion_mask.sum())
             k2 = ~zero_variance_groups(r2, more.group)
-            offset_now = offset
-            offset += int(more.group.max()) + 1
-            more.group = more.group + offset_now  # refilled prompts keep distinct group ids
+            more.group = more.group + offset  # refilled prompts keep distinct group ids
+            offset = int(more.group.max()) + 1
             parts.append(more.select(k2))
             part_rewards.append(r2[k2])
             refilled += int(k2.sum()) // G

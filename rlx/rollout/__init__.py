@@ -19,22 +19,16 @@ def engine_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-def check_engine(cfg, head_dim: int | None, quant_format: str) -> None:
-    """Validate the engine choice before any model is built (unknown name, vLLM limits)."""
-    engine_class(cfg.engine)
-    if cfg.engine == "vllm":
-        from rlx.rollout.vllm import check_engine_config
-
-        check_engine_config(cfg, head_dim, quant_format)
+def check_engine(cfg) -> None:
+    """Validate the run config's engine before any model is built (unknown name, the engine's limits)."""
+    engine_class(cfg.rollout.engine).check_config(cfg)
 
 
 def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, base_dir=None, seed: int = 0,
                  max_len: int | None = None, quant_format: str = "none") -> RolloutEngine:
-    cls = engine_class(cfg.engine)
-    if cfg.engine == "hf":
-        return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head)
-    return cls(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir, seed=seed, max_len=max_len,
-               quant_format=quant_format)
+    """The `cfg.engine` engine serving `policy` (each engine takes what it needs of the keywords)."""
+    return engine_class(cfg.engine)(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir,
+                                    seed=seed, max_len=max_len, quant_format=quant_format)
 
 
 __all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class"]

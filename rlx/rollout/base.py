@@ -127,6 +127,10 @@ class RolloutEngine:
 
     version: int = 0  # policy version of the weights the engine holds
 
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Refuse, before any model is built, a run config this engine cannot serve."""
+
     def sync(self, policy, version: int) -> None:
         """Bring the engine's weights to the trainer's policy (after an update or a NExt jump)."""
         raise NotImplementedError

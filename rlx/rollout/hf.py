@@ -54,7 +54,8 @@ def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, cfg, tokenizer, policy, trainer: Trainer, fp32_head: bool = False):
+    def __init__(self, cfg, tokenizer, policy, trainer: Trainer, fp32_head: bool = False, **_unused):
+        # base_dir / seed / max_len / quant_format: the policy module itself is sampled, with the caller's generator
         self.tok = tokenizer
         self.policy = policy
         self.trainer = trainer

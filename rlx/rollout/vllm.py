@@ -132,6 +132,12 @@ def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 
 class VLLMEngine(RolloutEngine):
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from rlx.models import head_dim
+
+        check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
+
     def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
                  seed: int = 0, max_len: int | None = None, quant_format: str = "none"):
         vllm = _import_vllm()
