@@ -106,10 +106,28 @@ class VLLMConfig:
 
 
 @dataclass
+class InterruptConfig:
+    """ScaleRL's forced length interruption (rlx/rollout/interrupt.py): a completion that reaches
+    max_new_tokens gets `phrase` appended and may write `answer_tokens` more; the reward scores that
+    answer. The phrase never enters the loss; `mask_interrupted` drops the whole row from it too."""
+
+    enabled: bool = False
+    phrase: str = "Okay, time is up. Let me stop thinking and formulate a final answer now."
+    answer_tokens: int = 8
+    mask_interrupted: bool = False
+
+
+@dataclass
 class RolloutConfig:
-    """`engine` is a registered rollout engine: hf (in-process transformers) | vllm (colocated vLLM)."""
+    """`engine` is a registered rollout engine: hf (in-process transformers) | vllm (colocated vLLM).
+
+    `mode` (rlx/rollout/schedule.py): sync (on-policy) | stale (generate with the policy of exactly
+    `max_staleness` updates ago; deterministic) | async (PipelineRL: a generator thread with
+    in-flight weight updates; no sample more than `max_staleness` versions old reaches the loss)."""
 
     engine: str = "hf"
+    mode: str = "sync"
+    max_staleness: int = 0  # k
     group_size: int = 8  # G
     prompts_per_step: int = 16  # B
     temperature: float = 1.0
@@ -122,6 +140,7 @@ class RolloutConfig:
     eval_temperature: float = 1.0
     batch_size: int = 512  # hf: sequences generated at once
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    interrupt: InterruptConfig = field(default_factory=InterruptConfig)
 
 
 @dataclass

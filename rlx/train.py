@@ -2,12 +2,14 @@
 
 One RL experiment, top to bottom: `build` the parts the config names, then every step
 
-    generate -> score -> shape -> update -> sync -> observe -> log / evaluate / checkpoint
+    generate -> score -> shape -> update -> observe -> push -> log / evaluate / checkpoint
 
 with each step a function of its package (rlx.rollout, rlx.tasks, rlx.algo, rlx.extrapolation).
 Where the loop departs from textbook GRPO, the function says so (and the config switch is off by
 default): AQN noise lives in the rollout engine's weights, token normalizers come from the full
-batch, dynamic sampling refills, NExt jumps the adapter ahead.
+batch, dynamic sampling refills, NExt jumps the adapter ahead, and `rollout.mode` decides which
+policy version generated the batch (sync / stale / async: rlx.rollout.schedule; the loss takes its
+ratio against the behaviour log-probs the engine returned, whatever version that was).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from rlx.logging import RunLogger, read_metrics
 from rlx.models import base_dir, build_policy
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, build_engine, check_engine
-from rlx.rollout.schedule import generate_groups
+from rlx.rollout.schedule import build_schedule, check_schedule_config
 from rlx.tasks import build_task
 
 register_configs()
@@ -58,6 +60,7 @@ class Parts:
     policy: torch.nn.Module
     tok: object
     engine: object
+    schedule: object
     opt: torch.optim.Optimizer
     sched: object
     noise: object
@@ -85,6 +88,7 @@ def check(cfg) -> D.Trainer:
     if cfg.train.resume not in ("auto", "never"):
         raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
     SamplingParams.from_config(cfg.rollout)
+    check_schedule_config(cfg.rollout)
     trainer = D.resolve(cfg.trainer)
     check_engine(cfg)
     return trainer
@@ -101,20 +105,29 @@ def build(cfg, run_dir: Path) -> Parts:
     opt = torch.optim.AdamW(params, lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
     warm = max(1, cfg.algo.warmup_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, functools.partial(_warmup, warm=warm))
-    p = Parts(cfg, Path(run_dir), trainer, task, policy, tok, None, opt, sched,
+    p = Parts(cfg, Path(run_dir), trainer, task, policy, tok, None, None, opt, sched,
               noise=build_noise(cfg.noise, cfg.train.steps, cfg.seed),
               extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps),
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
               n_params=sum(q.numel() for q in policy.parameters()), ckpt=Checkpointer(Path(run_dir) / "ckpt"))
     max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in task.eval[:64] + task.train[:64])
-    max_new = max(cfg.rollout.max_new_tokens, cfg.rollout.eval_max_new_tokens or 0)
+    max_new = max(cfg.rollout.max_new_tokens + _interrupt_tokens(cfg.rollout, tok), cfg.rollout.eval_max_new_tokens or 0)
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
-                            seed=cfg.seed, max_len=2 * max_len + max_new, quant_format=cfg.quant.format)
+                            seed=cfg.seed, max_len=2 * max_len + max_new, quant_format=cfg.quant.format,
+                            own_weights=cfg.rollout.mode == "async")
+    p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise)
     resume(p)
     p.engine.sync(policy, p.start_step)  # the engine samples from the (resumed) policy
     return p
+
+
+def _interrupt_tokens(rollout, tok) -> int:
+    """Tokens a forced interruption may add after the thinking budget (phrase + answer budget)."""
+    if not rollout.interrupt.enabled:
+        return 0
+    return len(tok(rollout.interrupt.phrase, add_special_tokens=False).input_ids) + rollout.interrupt.answer_tokens
 
 
 def _warmup(s: int, warm: int) -> float:
@@ -135,6 +148,8 @@ def resume(p: Parts) -> None:
         p.curriculum.load_state_dict(st["curriculum"])
     if p.extrap is not None:
         p.extrap.load_state_dict(st["extrapolator"])
+    if st.get("schedule"):  # stale mode: the last k + 1 policy versions (async: the queue is not kept)
+        p.schedule.load_state_dict(st["schedule"])
     p.start_step, p.run_id, p.compute = st["step"], st["wandb_run_id"], st["compute"]
     p.wall_offset = p.compute["gpu_hours"] * 3600.0 / p.trainer.num_devices
     _log(f"[resume] from {latest} (step {p.start_step})")
@@ -148,12 +163,14 @@ def compute_now(p: Parts) -> dict:
 
 def save(p: Parts, step: int, run_id: str | None) -> None:
     compute_now(p)  # bring the wall-time compute up to date before it is stored
-    p.ckpt.save(step, p.policy, {
-        "step": step, "optimizer": p.opt.state_dict(), "scheduler": p.sched.state_dict(), "rng": D.rng_state(),
-        "rollout_rng": p.gen.get_state(), "task": p.task.state_dict(), "wandb_run_id": run_id,
-        "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
-        "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
-    })
+    with p.schedule.paused():  # async: no generation touches the task or the RNG streams while they are read
+        p.ckpt.save(step, p.policy, {
+            "step": step, "optimizer": p.opt.state_dict(), "scheduler": p.sched.state_dict(), "rng": D.rng_state(),
+            "rollout_rng": p.gen.get_state(), "task": p.task.state_dict(), "wandb_run_id": run_id,
+            "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
+            "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
+            "schedule": p.schedule.state_dict(),
+        })
 
 
 def evaluate(p: Parts, step: int) -> dict:
@@ -163,14 +180,15 @@ def evaluate(p: Parts, step: int) -> dict:
     ex = p.task.eval
     prompts = [e.prompt for e in ex]
     sp = p.sampling.but(max_tokens=cfg.rollout.eval_max_new_tokens or cfg.rollout.max_new_tokens)
-    greedy = p.engine.generate(prompts, 1, sp.but(temperature=0.0), g)
-    out = {"val/acc": sum(p.task.passed(p.task.score(ex, greedy.texts))) / len(ex)}
-    k = cfg.rollout.eval_k
-    if k > 0:
-        sampled = p.engine.generate(prompts, k, sp.but(temperature=cfg.rollout.eval_temperature), g)
-        ex_k = [e for e in ex for _ in range(k)]
-        out["val/mean_at_k"] = sum(p.task.passed(p.task.score(ex_k, sampled.texts))) / len(ex_k)
-        out["val/k"] = k
+    with p.schedule.serving(p.policy, step) as engine:  # the current policy, whatever the schedule samples from
+        greedy = engine.generate(prompts, 1, sp.but(temperature=0.0), g)
+        out = {"val/acc": sum(p.task.passed(p.task.score(ex, greedy.texts))) / len(ex)}
+        k = cfg.rollout.eval_k
+        if k > 0:
+            sampled = engine.generate(prompts, k, sp.but(temperature=cfg.rollout.eval_temperature), g)
+            ex_k = [e for e in ex for _ in range(k)]
+            out["val/mean_at_k"] = sum(p.task.passed(p.task.score(ex_k, sampled.texts))) / len(ex_k)
+            out["val/k"] = k
     return out
 
 
@@ -186,8 +204,7 @@ def score(p: Parts, examples, batch):
 
 def generate(p: Parts, n: int, step: int, metrics: dict | None = None):
     skip = p.curriculum.is_retired if p.curriculum is not None else None
-    return generate_groups(p.engine, p.task, n, p.cfg.rollout.group_size, p.sampling, p.gen, noise=p.noise,
-                           step=step, skip=skip, metrics=metrics)
+    return p.schedule.generate(p.policy, n, step, skip=skip, metrics=metrics)
 
 
 def refill(p: Parts, step: int, n: int):
@@ -196,7 +213,7 @@ def refill(p: Parts, step: int, n: int):
     return batch, score(p, examples, batch)[1]
 
 
-def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, examples) -> dict:
+def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, examples, step: int) -> dict:
     G = p.cfg.rollout.group_size
     zero_var = A.zero_variance_groups(rewards, batch.group)  # [N] bool
     m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
@@ -206,6 +223,11 @@ def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, examples) -> dict:
          "train/pass_rate": passed.mean().item(),
          "response_length/mean": batch.lengths.float().mean().item(),
          "response_length/clip_ratio": batch.truncated.float().mean().item()}
+    if batch.version is not None:  # policy versions behind the one this step updates (0 = on-policy)
+        lag = (step - 1) - batch.version  # [N], the row's oldest token
+        m["rollout/staleness/mean"], m["rollout/staleness/max"] = lag.float().mean().item(), int(lag.max())
+    if batch.interrupted is not None:
+        m["response_length/interrupt_ratio"] = batch.interrupted.float().mean().item()
     if batch.entropy is not None:  # engines that return entropies (hf); otherwise the update measures it
         m["actor/entropy"] = ((batch.entropy * batch.completion_mask).sum() / batch.completion_mask.sum()).item()
     if p.curriculum is not None:  # ScaleRL no-positive-resampling: retire prompts that are solved
@@ -220,7 +242,7 @@ def rl_step(p: Parts, step: int) -> dict:
     t_gen = time.time()
     examples, batch = generate(p, cfg.rollout.prompts_per_step, step, m)  # AQN: noisy sampling policy only
     per_fn, rewards, passed = score(p, examples, batch)
-    m.update(rollout_metrics(p, batch, rewards, per_fn, passed, examples))
+    m.update(rollout_metrics(p, batch, rewards, per_fn, passed, examples, step))
     shaped = A.shape_batch(batch, rewards, cfg.algo, cfg.rollout.group_size, cfg.rollout.prompts_per_step,
                            refill=functools.partial(refill, p, step))
     m.update(shaped.metrics)
@@ -236,7 +258,7 @@ def rl_step(p: Parts, step: int) -> dict:
     if p.extrap is not None:  # NExt: rank-1 records, maybe a predict-extend jump of the adapter
         m.update(p.extrap.observe(p.policy, step, p.opt))
     t_sync = time.time()
-    p.engine.sync(p.policy, step)  # after the update and any jump: the next generation sees both
+    p.schedule.push(p.policy, step)  # after the update and any jump: version `step` goes to the generator
     m["timing_s/sync"] = time.time() - t_sync
     p.compute["steps"] += 1
     p.compute["tokens"] += gen_tokens
@@ -293,6 +315,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     finally:
         if progress is not None:
             progress.close()
+        p.schedule.close()
         p.engine.close()
         summary["wall_s"] = time.time() - t_start
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -78,9 +78,11 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     params = [p for p in policy.parameters() if p.requires_grad]
     group = torch.unique(batch.group, return_inverse=True)[1]  # contiguous prompt ids [N]
     adv = compute_advantages(rewards, group, a).to(dev)  # [N]
-    mask = batch.completion_mask.float()  # [N, T]
+    mask = batch.loss_mask.float()  # [N, T] sampled completion tokens (a forced interruption phrase excluded)
     if a.mask_truncated:
         mask = mask_truncated(mask, batch.truncated)
+    if batch.interrupted is not None and cfg.rollout.interrupt.mask_interrupted:
+        mask = mask_truncated(mask, batch.interrupted)
     weights = token_weights(mask, group, a, cfg.rollout.max_new_tokens).to(dev)  # [N, T] FULL-batch normalizers
     mask = mask.to(dev)
     rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
@@ -144,7 +146,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
         m[k] = v if k.endswith("/max") else v / n_upd
     m["actor/grad_norm"] = grad_norm.item()
     m["actor/lr"] = sched.get_last_lr()[0]
-    cmask = batch.completion_mask.to(dev)
+    cmask = batch.loss_mask.to(dev)
     m.update(logprob_diff(first_logp, rollout_logp, cmask))
     if entropy is not None:
         m["actor/entropy"] = ((entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()

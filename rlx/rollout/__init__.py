@@ -25,10 +25,11 @@ def check_engine(cfg) -> None:
 
 
 def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, base_dir=None, seed: int = 0,
-                 max_len: int | None = None, quant_format: str = "none") -> RolloutEngine:
-    """The `cfg.engine` engine serving `policy` (each engine takes what it needs of the keywords)."""
+                 max_len: int | None = None, quant_format: str = "none", own_weights: bool = False) -> RolloutEngine:
+    """The `cfg.engine` engine serving `policy` (each engine takes what it needs of the keywords;
+    `own_weights`: the engine must not share the trainer's module, a generator thread samples it)."""
     return engine_class(cfg.engine)(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir,
-                                    seed=seed, max_len=max_len, quant_format=quant_format)
+                                    seed=seed, max_len=max_len, quant_format=quant_format, own_weights=own_weights)
 
 
 __all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class"]

@@ -10,8 +10,15 @@ distribution the engine really sampled from:
     log softmax( logits )                                      at temperature 0 (greedy)
 
 i.e. after temperature, top-k and top-p, renormalized over the kept tokens (with top_p = 1 and
-top_k = 0 that is the full temperature-scaled softmax the trainer computes). Every row carries the
-policy version (the `version` of the last sync) that produced it.
+top_k = 0 that is the full temperature-scaled softmax the trainer computes). Every token carries the
+policy version (the `version` of the last sync) that produced it (`token_version`); a row's `version`
+is its oldest token's.
+
+Weights reach an engine in two phases, so that a generator thread can take them between decode
+steps while the trainer goes on (PipelineRL's in-flight update, rlx.rollout.schedule):
+`export_weights(policy)` runs on the trainer's side and returns a detached copy of what the engine
+needs; `load_weights(payload, version)` runs wherever the engine runs. `sync` is the two in a row.
+An engine that has `between_steps` set calls it before every decode step of a generation.
 """
 
 from __future__ import annotations
@@ -63,7 +70,10 @@ class RolloutBatch:
     group: torch.Tensor  # [N] long: index of the prompt each row belongs to
     texts: list[str] = field(default_factory=list)  # decoded completions (eos stripped)
     entropy: torch.Tensor | None = None  # [N, T] token entropy of the sampling distribution (hf only)
-    version: torch.Tensor | None = None  # [N] long: policy version (sync count) that generated the row
+    version: torch.Tensor | None = None  # [N] long: policy version of the row's oldest token
+    token_version: torch.Tensor | None = None  # [N, T] long: policy version that sampled each token (-1 on padding)
+    forced: torch.Tensor | None = None  # [N, T] bool: tokens the engine inserted, not sampled (interruption phrase)
+    interrupted: torch.Tensor | None = None  # [N] bool: hit the thinking budget and was told to answer
 
     @property
     def input_ids(self) -> torch.Tensor:  # [N, P+T]
@@ -76,6 +86,12 @@ class RolloutBatch:
     @property
     def lengths(self) -> torch.Tensor:  # [N]
         return self.completion_mask.sum(1)
+
+    @property
+    def loss_mask(self) -> torch.Tensor:  # [N, T] completion tokens the policy sampled (forced ones excluded)
+        if self.forced is None:
+            return self.completion_mask
+        return self.completion_mask * (~self.forced).to(self.completion_mask.dtype)
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -95,6 +111,9 @@ class RolloutBatch:
             texts=[self.texts[i] for i in idx.tolist()] if self.texts else [],
             entropy=pick(self.entropy),
             version=pick(self.version),
+            token_version=pick(self.token_version),
+            forced=pick(self.forced),
+            interrupted=pick(self.interrupted),
         )
 
 
@@ -119,6 +138,14 @@ class RolloutBatch:
             texts=sum((b.texts for b in batches), []),
             entropy=None if any(b.entropy is None for b in batches) else torch.cat([rpad(b.entropy, 0.0) for b in batches]),
             version=None if any(b.version is None for b in batches) else torch.cat([b.version for b in batches]),
+            token_version=None if any(b.token_version is None for b in batches)
+            else torch.cat([rpad(b.token_version, -1) for b in batches]),
+            forced=None if all(b.forced is None for b in batches)
+            else torch.cat([rpad(b.forced if b.forced is not None else torch.zeros_like(b.completion_ids, dtype=torch.bool),
+                                 False) for b in batches]),
+            interrupted=None if all(b.interrupted is None for b in batches)
+            else torch.cat([b.interrupted if b.interrupted is not None else torch.zeros(len(b), dtype=torch.bool)
+                            for b in batches]),
         )
 
 
@@ -126,22 +153,32 @@ class RolloutEngine:
     """Owns a copy of the policy weights and samples from it. Subclasses register in ENGINES."""
 
     version: int = 0  # policy version of the weights the engine holds
+    between_steps = None  # optional callable run before every decode step (in-flight weight updates)
 
     @classmethod
     def check_config(cls, cfg) -> None:
         """Refuse, before any model is built, a run config this engine cannot serve."""
 
+    def export_weights(self, policy):
+        """Trainer side: a detached copy of what `load_weights` needs of the policy (its current weights)."""
+        raise NotImplementedError
+
+    def load_weights(self, payload, version: int) -> None:
+        """Engine side: take exported weights; tokens sampled from now on carry `version`."""
+        raise NotImplementedError
+
     def sync(self, policy, version: int) -> None:
         """Bring the engine's weights to the trainer's policy (after an update or a NExt jump)."""
-        raise NotImplementedError
+        self.load_weights(self.export_weights(policy), version)
 
     def noise_target(self):
         """The module whose norm weights AQN perturbs while this engine samples."""
         raise NotImplementedError
 
-    def generate(self, prompts: list[str], n: int, sampling: SamplingParams,
+    def generate(self, prompts: list[str] | list[list[int]], n: int, sampling: SamplingParams,
                  generator: torch.Generator) -> RolloutBatch:
-        """n samples per prompt, rows prompt-major (row i is prompt i // n), on the CPU."""
+        """n samples per prompt (text, or token ids taken as they are), rows prompt-major (row i is
+        prompt i // n), on the CPU."""
         raise NotImplementedError
 
     def sleep(self) -> None:

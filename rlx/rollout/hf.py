@@ -1,8 +1,11 @@
 """The `hf` engine: in-process batched sampling with a KV cache on the trainer's own model.
 
-Colocated and zero-copy: the engine's copy of the weights IS the trainer's policy module, so
-`sync` only records the version, and AQN noise put on `noise_target()` is noise on the policy
-(restored before the update). Departs from `model.generate` on purpose: it returns the log-probs
+Colocated and zero-copy by default: the engine's copy of the weights IS the trainer's policy
+module, so `sync` only records the version, and AQN noise put on `noise_target()` is noise on the
+policy (restored before the update). With `own_weights=True` (rollout.mode=async: a generator
+thread samples while the trainer updates) the engine holds a deep copy of the policy and `sync`
+copies the trainable tensors into it; `between_steps` lets that copy change between two decode
+steps of one sequence (PipelineRL's in-flight update; each token records the version it saw). Departs from `model.generate` on purpose: it returns the log-probs
 and entropies of exactly the distribution it sampled from (see rlx.rollout.base), and uses the
 same position ids as the training forward, so behaviour log-probs match the trainer's up to
 float noise. Sampling runs on the trainer's device; the returned batch lives on the CPU.
@@ -36,9 +39,9 @@ def _top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
-def encode_prompts(tok, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and mask.  # [B, P] each"""
-    enc = [tok(p, add_special_tokens=False).input_ids for p in prompts]
+def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and mask (a prompt is text, or a list of token ids kept as is).  # [B, P] each"""
+    enc = [list(p) if isinstance(p, (list, tuple)) else tok(p, add_special_tokens=False).input_ids for p in prompts]
     P = max(len(e) for e in enc)
     ids = torch.full((len(enc), P), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(enc), P), dtype=torch.long)
@@ -53,19 +56,47 @@ def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
     return tok.decode(toks, skip_special_tokens=True)
 
 
+def trainable_state(policy) -> dict[str, torch.Tensor]:
+    """Detached copies of the trainable tensors (the LoRA adapter): what changes between versions.  # name -> tensor"""
+    return {n: q.detach().clone() for n, q in policy.named_parameters() if q.requires_grad}
+
+
+@torch.no_grad()
+def load_trainable(policy, state: dict[str, torch.Tensor]) -> None:
+    """Copy `state` (from trainable_state) into the policy's trainable tensors, in place."""
+    params = dict(policy.named_parameters())
+    for n, v in state.items():
+        params[n].copy_(v)
+
+
 class HFEngine(RolloutEngine):
-    def __init__(self, cfg, tokenizer, policy, trainer: Trainer, fp32_head: bool = False, **_unused):
+    def __init__(self, cfg, tokenizer, policy, trainer: Trainer, fp32_head: bool = False, own_weights: bool = False,
+                 **_unused):
         # base_dir / seed / max_len / quant_format: the policy module itself is sampled, with the caller's generator
         self.tok = tokenizer
-        self.policy = policy
         self.trainer = trainer
         self.fp32_head = fp32_head
         self.batch_size = int(cfg.batch_size)
+        self.own_weights = own_weights
+        self.trainer_policy = policy
+        if own_weights:  # a frozen copy the generator thread samples from while the trainer updates
+            import copy
+
+            self.policy = copy.deepcopy(policy).eval()
+            for q in self.policy.parameters():
+                q.requires_grad_(False)
+        else:
+            self.policy = policy
         self.version = 0
 
-    def sync(self, policy, version: int) -> None:
-        if policy is not self.policy:
-            raise ValueError("the hf engine samples from the trainer's own policy module; sync got another model")
+    def export_weights(self, policy):
+        if policy is not self.trainer_policy:
+            raise ValueError("the hf engine serves the trainer's own policy module; sync got another model")
+        return trainable_state(policy) if self.own_weights else None
+
+    def load_weights(self, payload, version: int) -> None:
+        if self.own_weights:
+            load_trainable(self.policy, payload)
         self.version = int(version)
 
     def noise_target(self):
@@ -89,7 +120,7 @@ class HFEngine(RolloutEngine):
             chunks = [self._generate_chunk(ids[sl], mask[sl], group[sl], sampling, gen)
                       for sl in (slice(s, s + self.batch_size) for s in range(0, ids.shape[0], self.batch_size))]
         batch = RolloutBatch.concat(chunks, self.tok.pad_token_id)
-        batch.version = torch.full((len(batch),), self.version, dtype=torch.long)
+        batch.version = batch.token_version[:, 0].clone()  # versions only grow along a row: the first is the oldest
         return batch
 
     def _generate_chunk(self, ids, mask, group, sp: SamplingParams, generator) -> RolloutBatch:
@@ -99,14 +130,16 @@ class HFEngine(RolloutEngine):
         prompt_ids, prompt_mask = ids, mask
         ids, mask = ids.to(dev), mask.to(dev)
         N = ids.shape[0]
+        fwd_version = self.version  # the weights that computed `hidden` (each token records them)
         out = decoder_forward(lm.model, ids, mask, position_ids(mask))
         cache = out.past_key_values  # the KV cache the model filled
         hidden = out.last_hidden_state[:, -1]  # [N, H]
         pos = position_ids(mask)[:, -1]  # [N]
         done = torch.zeros(N, dtype=torch.bool, device=dev)
         filtered = sp.top_p < 1.0 or sp.top_k > 0
-        toks, logps, ents, alive = [], [], [], []
+        toks, logps, ents, alive, versions = [], [], [], [], []
         for t in range(sp.max_tokens):
+            versions.append(fwd_version)
             logits = lm_logits(lm, hidden, self.fp32_head)  # [N, V] float32
             if sp.temperature <= 0:
                 logp_all = torch.log_softmax(logits, -1)
@@ -131,6 +164,9 @@ class HFEngine(RolloutEngine):
                 break
             mask = torch.cat([mask, torch.ones(N, 1, dtype=mask.dtype, device=dev)], 1)
             pos = pos + 1
+            if self.between_steps is not None:  # in-flight: new weights may arrive mid-sequence (KV cache kept)
+                self.between_steps()
+            fwd_version = self.version
             out = decoder_forward(lm.model, nxt.unsqueeze(-1), mask, pos.unsqueeze(-1), cache)
             cache = out.past_key_values  # the KV cache the model filled
             hidden = out.last_hidden_state[:, -1]
@@ -140,4 +176,6 @@ class HFEngine(RolloutEngine):
         ent = torch.stack(ents, 1).float().cpu() * cmask
         stop_ids = set(stop.tolist())
         texts = [decode(self.tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
-        return RolloutBatch(prompt_ids, prompt_mask, comp, cmask, logp, ~done.cpu(), group, texts, ent)
+        tver = torch.tensor(versions, dtype=torch.long).expand(N, -1).masked_fill(cmask == 0, -1)  # [N, T]
+        return RolloutBatch(prompt_ids, prompt_mask, comp, cmask, logp, ~done.cpu(), group, texts, ent,
+                            token_version=tver)

@@ -1,28 +1,280 @@
-"""How the loop gets its groups from an engine. Today: synchronous (every sample comes from the
-policy of the last sync); the stale and async schedules of the off-policy issue plug in here.
+"""How the loop gets its groups from an engine: three schedules of the same steps (`rollout.mode`).
 
-AQN lives in the engine's weights: noise is put on `engine.noise_target()` for the generation
-only and taken off again before anything else happens (QeRL: the sampling policy is noisy, the
-trained one is not).
+- `sync`: every sample comes from the policy of the last update (version step - 1 at step `step`).
+- `stale`: generated synchronously with the policy of exactly k = `rollout.max_staleness` updates
+  ago (version max(0, step - 1 - k)). A deterministic stand-in for asynchronous RL: bit-reproducible
+  on CPU and resumable (the last k + 1 versions of the trainable weights are checkpointed).
+  k = 0 is `sync`.
+- `async`: PipelineRL. A generator thread keeps producing groups into a queue while the trainer
+  updates; the trainer takes a full batch whenever one is ready. Weights are pushed after every
+  optimizer step and the generator takes them between two decode steps, so a sequence in progress
+  continues under the new weights (its KV cache is kept) and every token records the version that
+  sampled it. No group whose oldest token is more than k versions behind the trainer reaches the
+  loss (it is dropped and counted), and the generator waits when k batches are queued or in flight.
+
+The loss never needs to know: every row carries its behaviour log-probs (the engine's), and the
+importance ratio is taken against them (rlx.algo.policy_update).
+
+AQN lives in the engine's weights: noise is put on `engine.noise_target()` for the generation only
+and taken off again before anything else happens (QeRL: the sampling policy is noisy, the trained
+one is not).
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from rlx.rollout.hf import load_trainable, trainable_state
+from rlx.rollout.interrupt import interrupt_and_answer
+
+MODES = ("sync", "stale", "async")
+
+
+def check_schedule_config(cfg) -> None:
+    """rollout.mode / max_staleness / interrupt, checked before any model is built."""
+    if cfg.mode not in MODES:
+        raise ValueError(f"rollout.mode: '{cfg.mode}' is not one of {list(MODES)}")
+    if cfg.max_staleness < 0:
+        raise ValueError(f"rollout.max_staleness must be >= 0, got {cfg.max_staleness}")
+    if cfg.mode == "async" and cfg.max_staleness < 1:
+        raise ValueError("rollout.mode=async needs rollout.max_staleness >= 1 (samples from the policy being "
+                         "trained cannot exist before its update); for on-policy data use rollout.mode=sync")
+    if cfg.interrupt.enabled and cfg.interrupt.answer_tokens < 1:
+        raise ValueError(f"rollout.interrupt.answer_tokens must be >= 1, got {cfg.interrupt.answer_tokens}")
 
 
 def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int, sampling: SamplingParams,
                     generator: torch.Generator, *, noise=None, step: int = 0, skip=None,
-                    metrics: dict | None = None) -> tuple[list, RolloutBatch]:
-    """n_prompts training prompts -> group_size completions each (under AQN noise when given)."""
+                    metrics: dict | None = None, interrupt: tuple | None = None) -> tuple[list, RolloutBatch]:
+    """n_prompts training prompts -> group_size completions each (under AQN noise when given);
+    `interrupt` = (phrase ids, answer tokens) for forced length interruption."""
     examples = task.sample(n_prompts, skip=skip)
     noisy = noise.applied(engine.noise_target(), step) if noise is not None else nullcontext({})
     with noisy as noise_metrics:
         batch = engine.generate([e.prompt for e in examples], group_size, sampling, generator)
+        if interrupt is not None:
+            batch = interrupt_and_answer(engine, batch, sampling, generator, *interrupt)
     if metrics is not None:
         metrics.update(noise_metrics)
     return examples, batch
+
+
+class SyncSchedule:
+    """On-policy: the engine holds the weights of the last update."""
+
+    def __init__(self, engine, task, group_size: int, sampling: SamplingParams, generator: torch.Generator,
+                 noise=None, interrupt: tuple | None = None):
+        self.engine, self.task, self.G = engine, task, group_size
+        self.sampling, self.gen, self.noise, self.interrupt = sampling, generator, noise, interrupt
+
+    def _generate(self, n: int, step: int, skip, metrics):
+        return generate_groups(self.engine, self.task, n, self.G, self.sampling, self.gen, noise=self.noise,
+                               step=step, skip=skip, metrics=metrics, interrupt=self.interrupt)
+
+    def generate(self, policy, n: int, step: int, skip=None, metrics: dict | None = None):
+        """n prompts x G completions for training step `step` -> (examples, batch)."""
+        return self._generate(n, step, skip, metrics)
+
+    def push(self, policy, version: int) -> None:
+        """After an optimizer step (and any NExt jump): the trainer's policy is now `version`."""
+        self.engine.sync(policy, version)
+
+    @contextmanager
+    def serving(self, policy, version: int):
+        """The engine, holding the trainer's current weights, alone (evaluation)."""
+        yield self.engine
+
+    @contextmanager
+    def paused(self):
+        """Nothing generates inside (a consistent checkpoint of the task and RNG streams)."""
+        yield
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class StaleSchedule(SyncSchedule):
+    """Generate with the policy of exactly k updates ago (deterministic off-policy data)."""
+
+    def __init__(self, *args, k: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.k = k
+        self.snapshots: dict[int, dict] = {}  # version -> trainable tensors (the last k + 1 versions)
+
+    def generate(self, policy, n, step, skip=None, metrics=None):
+        if not self.snapshots:  # a fresh run: the first version is the policy as built (or resumed)
+            self.snapshots[step - 1] = trainable_state(policy)
+        v = max(min(self.snapshots), step - 1 - self.k)
+        if v == step - 1:
+            if self.engine.version != v:
+                self.engine.sync(policy, v)
+            return self._generate(n, step, skip, metrics)
+        current = trainable_state(policy)
+        try:  # the old weights stay in the policy until the engine has sampled (the hf engine samples the module)
+            load_trainable(policy, self.snapshots[v])
+            self.engine.sync(policy, v)
+            return self._generate(n, step, skip, metrics)
+        finally:
+            load_trainable(policy, current)
+
+    def push(self, policy, version):  # no engine sync: the next generation loads the version it needs
+        self.snapshots[version] = trainable_state(policy)
+        for old in [v for v in self.snapshots if v < version - self.k]:
+            del self.snapshots[old]
+
+    @contextmanager
+    def serving(self, policy, version):
+        if self.engine.version != version:
+            self.engine.sync(policy, version)
+        yield self.engine
+
+    def state_dict(self):
+        return {"snapshots": {v: {n: t.cpu() for n, t in s.items()} for v, s in self.snapshots.items()}}
+
+    def load_state_dict(self, state):
+        self.snapshots = {int(v): s for v, s in state["snapshots"].items()}
+
+
+class AsyncSchedule(SyncSchedule):
+    """PipelineRL-k: a generator thread, a bounded queue of groups, in-flight weight updates."""
+
+    def __init__(self, *args, k: int, prompts_per_step: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.k, self.chunk = k, prompts_per_step
+        self.capacity = prompts_per_step * k  # groups queued + in flight
+        self.queue: deque = deque()  # (example, RolloutBatch of G rows)
+        self.cond = threading.Condition()
+        self.engine_lock = threading.Lock()  # held by whoever drives the engine
+        self.pending = None  # (payload, version) waiting for the generator
+        self.trainer_version = 0
+        self.skip = None
+        self.in_flight = 0
+        self.error: BaseException | None = None
+        self.stop = False
+        self.started = False
+        self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0}
+        self.engine.between_steps = self._apply_pending
+        self.thread = threading.Thread(target=self._loop, name="rlx-generator", daemon=True)
+
+    # ---------------------------------------------------------------- generator thread
+    def _apply_pending(self) -> None:
+        with self.cond:
+            pending, self.pending = self.pending, None
+        if pending is not None:
+            self.engine.load_weights(*pending)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                t0 = time.time()
+                with self.cond:
+                    while not self.stop and len(self.queue) + self.in_flight + self.chunk > self.capacity:
+                        self.cond.wait()
+                    if self.stop:
+                        return
+                    self.in_flight = self.chunk
+                    self.stats["gen_idle"] += time.time() - t0
+                with self.engine_lock:
+                    self._apply_pending()
+                    examples, batch = self._generate(self.chunk, self.trainer_version + 1, self.skip, None)
+                groups = [(e, batch.select(batch.group == i)) for i, e in enumerate(examples)]
+                with self.cond:
+                    self.queue.extend(groups)
+                    self.in_flight = 0
+                    self.cond.notify_all()
+        except BaseException as e:  # the trainer re-raises it
+            with self.cond:
+                self.error = e
+                self.in_flight = 0
+                self.cond.notify_all()
+
+    # ---------------------------------------------------------------- trainer side
+    def generate(self, policy, n, step, skip=None, metrics=None):
+        self.skip = skip
+        if not self.started:
+            self.trainer_version = step - 1
+            self.thread.start()
+            self.started = True
+        t0 = time.time()
+        taken: list = []
+        with self.cond:
+            while len(taken) < n:
+                while self.queue and (step - 1) - int(self.queue[0][1].version.min()) > self.k:
+                    self.queue.popleft()  # too stale for the bound: never reaches the loss
+                    self.stats["dropped"] += 1
+                if self.queue:
+                    taken.append(self.queue.popleft())
+                    self.cond.notify_all()
+                    continue
+                if self.error is not None:
+                    raise RuntimeError("rollout generator thread failed") from self.error
+                self.cond.wait()
+            queued = len(self.queue)
+        self.stats["trainer_wait"] += time.time() - t0
+        examples = [e for e, _ in taken]
+        parts = []
+        for i, (_, b) in enumerate(taken):
+            b.group = torch.full_like(b.group, i)
+            parts.append(b)
+        batch = RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
+        if metrics is not None:
+            metrics.update({"timing_s/gen_idle": self.stats["gen_idle"], "timing_s/trainer_wait": self.stats["trainer_wait"],
+                            "rollout/dropped_stale_groups": self.stats["dropped"], "rollout/queue_groups": queued})
+            self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0}
+        return examples, batch
+
+    def push(self, policy, version):
+        payload = self.engine.export_weights(policy)  # trainer side: a detached copy
+        with self.cond:
+            self.pending = (payload, version)
+            self.trainer_version = version
+            self.cond.notify_all()
+
+    @contextmanager
+    def serving(self, policy, version):
+        with self.engine_lock:  # waits for the generator's current chunk
+            with self.cond:
+                self.pending = None
+            self.engine.sync(policy, version)
+            yield self.engine
+
+    @contextmanager
+    def paused(self):
+        with self.engine_lock:
+            yield
+
+    def close(self):
+        with self.cond:
+            self.stop = True
+            self.cond.notify_all()
+        if self.started:
+            self.thread.join()
+        self.engine.between_steps = None
+
+
+def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch.Generator, tok, noise=None):
+    """The `cfg.mode` schedule (cfg = the rollout config)."""
+    interrupt = None
+    if cfg.interrupt.enabled:
+        from rlx.rollout.interrupt import phrase_ids
+
+        interrupt = (phrase_ids(tok, cfg.interrupt.phrase), int(cfg.interrupt.answer_tokens))
+    args = (engine, task, int(cfg.group_size), sampling, generator)
+    kw = dict(noise=noise, interrupt=interrupt)
+    if cfg.mode == "stale" and cfg.max_staleness > 0:
+        return StaleSchedule(*args, k=int(cfg.max_staleness), **kw)
+    if cfg.mode == "async":
+        return AsyncSchedule(*args, k=int(cfg.max_staleness), prompts_per_step=int(cfg.prompts_per_step), **kw)
+    return SyncSchedule(*args, **kw)

@@ -81,6 +81,9 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
                 f"{quant_format} base directly")
         if cfg.vllm.sleep_mode:
             raise ValueError("rollout.vllm.sleep_mode: vLLM's CPU backend has no sleep mode (GPU only)")
+    if cfg.vllm.sleep_mode and cfg.mode == "async":
+        raise ValueError("rollout.vllm.sleep_mode with rollout.mode=async: the generator samples while the trainer "
+                         "updates, so vLLM cannot sleep then; use one or the other")
     elif quant_format not in ("none", "nvfp4"):
         raise ValueError(f"rollout=vllm with quant.format={quant_format}: vLLM serves rlx's nvfp4 export "
                          f"(compressed-tensors); a {quant_format} base is not exported. Use quant=nvfp4 or rollout=hf")
@@ -139,7 +142,8 @@ class VLLMEngine(RolloutEngine):
         check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
 
     def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
-                 seed: int = 0, max_len: int | None = None, quant_format: str = "none"):
+                 seed: int = 0, max_len: int | None = None, quant_format: str = "none", own_weights: bool = True):
+        # own_weights: vLLM always holds its own copy of the weights
         vllm = _import_vllm()
         if fp32_head and trainer.dtype != torch.float32:
             raise ValueError("algo.fp32_lm_head with rollout=vllm: vLLM computes the LM head in the engine dtype; "
@@ -180,6 +184,7 @@ class VLLMEngine(RolloutEngine):
             torch.set_num_threads = set_threads
         self._SP = vllm.SamplingParams
         self.lora_request = None
+        self._n_adapters = 0
         self.sleeping = False
         self.version = -1
         self.sync(policy, 0)
@@ -200,22 +205,29 @@ class VLLMEngine(RolloutEngine):
             self.llm.sleep(level=1)
             self.sleeping = True
 
-    def sync(self, policy, version: int) -> None:
+    def export_weights(self, policy):
+        """Trainer side: merged weights (sync=merged) or a freshly saved adapter directory (sync=adapter)."""
+        if self.mode == "merged":
+            return merged_state_dict(policy, self.dtype)
+        self._n_adapters += 1
+        path = Path(self._tmp) / f"adapter_{self._n_adapters}"
+        policy.save_pretrained(path)
+        return path
+
+    def load_weights(self, payload, version: int) -> None:
         self._wake()
         if self.mode == "merged":
-            weights = merged_state_dict(policy, self.dtype)
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights.items())})
-        else:  # a fresh adapter directory and a fresh LoRA id per sync (vLLM caches adapters by id)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(payload.items())})
+        else:  # a fresh LoRA id per sync (vLLM caches adapters by id); requests in flight keep theirs
             from vllm.lora.request import LoRARequest
 
             n = self.lora_request.lora_int_id + 1 if self.lora_request is not None else 1
-            path = Path(self._tmp) / f"adapter_{n}"
-            policy.save_pretrained(path)
-            old, self.lora_request = self.lora_request, LoRARequest(f"rlx-v{version}", n, str(path))
-            if old is not None:
+            old, self.lora_request = self.lora_request, LoRARequest(f"rlx-v{version}", n, str(payload))
+            if old is not None and not self.llm.llm_engine.has_unfinished_requests():
                 self.llm.llm_engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(old.lora_path, ignore_errors=True)
-        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+        self.llm.reset_prefix_cache()  # cached KV was computed with the old weights (a no-op while requests run)
+        self.llm.llm_engine.set_weight_version(str(int(version)))  # vLLM labels each token with it
         self.version = int(version)
 
     def noise_target(self):
@@ -237,12 +249,13 @@ class VLLMEngine(RolloutEngine):
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     max_tokens=sampling.max_tokens, stop_token_ids=stop, logprobs=0, detokenize=False,
                     seed=seeds[i * n + j] if sampling.temperature > 0 else None))
-        outs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
+        outs = self._run(requests, params)
         N = len(outs)
         T = max(1, max(len(o.outputs[0].token_ids) for o in outs))
         comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)  # [N, T]
         cmask = torch.zeros((N, T), dtype=torch.long)
         logp = torch.zeros((N, T), dtype=torch.float32)
+        tver = torch.full((N, T), -1, dtype=torch.long)
         truncated = torch.zeros(N, dtype=torch.bool)
         for r, o in enumerate(outs):
             c = o.outputs[0]
@@ -250,14 +263,31 @@ class VLLMEngine(RolloutEngine):
             comp[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
             cmask[r, : len(toks)] = 1
             logp[r, : len(toks)] = torch.tensor([lp[t].logprob for lp, t in zip(c.logprobs, toks)])
+            for span in c.weight_versions or []:  # vLLM's record of the weights that sampled each token
+                tver[r, span.start: span.end] = int(span.version)
             truncated[r] = c.finish_reason == "length"
         stop_ids = set(stop)
         texts = [decode(self.tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
         group = torch.arange(len(prompts)).repeat_interleave(n)
         batch = RolloutBatch(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), comp, cmask, logp,
-                             truncated, group, texts, None)
-        batch.version = torch.full((N,), self.version, dtype=torch.long)
+                             truncated, group, texts, None, token_version=tver)
+        batch.version = tver[:, 0].clone()  # versions only grow along a row: the first token's is the oldest
         return batch
+
+    def _run(self, requests, params) -> list:
+        """vLLM's engine loop, one scheduler step at a time, so that `between_steps` can reload weights
+        between two steps (in-flight update, sync=merged); outputs in request order."""
+        self.llm.enqueue(requests, params, lora_request=self.lora_request, use_tqdm=False)
+        engine, done = self.llm.llm_engine, {}
+        while engine.has_unfinished_requests():
+            if self.between_steps is not None and self.mode == "merged":
+                self.between_steps()
+            for o in engine.step():
+                if o.finished:
+                    done[o.request_id] = o
+        if len(done) != len(requests):
+            raise RuntimeError(f"vLLM finished {len(done)} of {len(requests)} requests")
+        return [done[k] for k in sorted(done, key=int)]  # vLLM numbers requests in submission order (as LLM.generate sorts)
 
     def close(self) -> None:
         shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)

@@ -19,7 +19,10 @@ PRESETS = ["grpo", "dapo", "dr_grpo", "cispo", "gspo", "scalerl"]
 
 
 def load_preset(name: str) -> AlgoConfig:
-    merged = OmegaConf.merge(OmegaConf.structured(AlgoConfig), OmegaConf.load(CONF / f"{name}.yaml"))
+    raw = OmegaConf.load(CONF / f"{name}.yaml")
+    if "algo" in raw:  # a `# @package _global_` preset that also sets the generation side (scalerl)
+        raw = raw.algo
+    merged = OmegaConf.merge(OmegaConf.structured(AlgoConfig), raw)
     return OmegaConf.to_object(merged)
 
 
