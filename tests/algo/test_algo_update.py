@@ -55,3 +55,73 @@ def test_trim_padding_same_update(setup, beta, tis):
         assert m1[k] == pytest.approx(m0[k], rel=1e-4, abs=1e-7), k
     if beta > 0:
         assert m1["actor/kl"] == pytest.approx(m0["actor/kl"], rel=1e-4, abs=1e-7)
+
+
+def _stale(policy, batch, shift: float):
+    """The same batch after the policy moved on: LoRA B shifted, the behaviour log-probs kept."""
+    lora_b = [p for n, p in policy.named_parameters() if "lora_B" in n]
+    saved = [p.detach().clone() for p in lora_b]
+    with torch.no_grad():
+        for p in lora_b:
+            p.add_(shift * torch.randn(p.shape, generator=torch.Generator().manual_seed(3)))
+    return saved, lora_b
+
+
+def _update_with(policy, cfg, trainer, batch, **algo):
+    return run_update(policy, OmegaConf.merge(cfg, {"algo": algo}), trainer, batch, trim=False)
+
+
+def test_ratio_is_taken_against_the_behaviour_logprobs(setup):
+    """actor/ratio/mean = masked mean of exp(trainer - behaviour): the rollout's log-probs, not the trainer's."""
+    from rlx.models.forward import token_logprobs
+
+    policy, cfg, trainer, batch = setup
+    saved, lora_b = _stale(policy, batch, 0.3)
+    try:
+        with torch.no_grad():
+            now = token_logprobs(policy, batch.input_ids, batch.attention_mask, batch.completion_ids.shape[1], 1.0)
+        m = batch.completion_mask.bool()
+        want = torch.exp(now - batch.logprobs)[m].mean().item()
+        got, _ = _update_with(policy, cfg, trainer, batch, loss="ppo_clip")
+        assert abs(want - 1.0) > 0.01  # the data is really off-policy
+        assert got["actor/ratio/mean"] == pytest.approx(want, rel=1e-4)
+    finally:
+        with torch.no_grad():
+            for p, s in zip(lora_b, saved):
+                p.copy_(s)
+
+
+def test_cispo_and_ppo_clip_differ_only_off_policy(setup):
+    """On-policy (ratio 1) CISPO and PPO-clip have the same gradient; on stale data they do not."""
+    policy, cfg, trainer, batch = setup
+    _, d_cispo = _update_with(policy, cfg, trainer, batch, loss="cispo", eps_max=4.0)
+    _, d_ppo = _update_with(policy, cfg, trainer, batch, loss="ppo_clip", eps_low=0.2, eps_high=0.28)
+    for a, b in zip(d_cispo, d_ppo):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    saved, lora_b = _stale(policy, batch, 0.3)
+    try:
+        _, s_cispo = _update_with(policy, cfg, trainer, batch, loss="cispo", eps_max=4.0)
+        _, s_ppo = _update_with(policy, cfg, trainer, batch, loss="ppo_clip", eps_low=0.2, eps_high=0.28)
+    finally:
+        with torch.no_grad():
+            for p, s in zip(lora_b, saved):
+                p.copy_(s)
+    gap = max((a - b).abs().max().item() for a, b in zip(s_cispo, s_ppo))
+    size = max(a.abs().max().item() for a in s_cispo)
+    assert gap > 0.05 * size, (gap, size)
+
+
+def test_mask_interrupted_drops_interrupted_rows_from_the_loss(setup):
+    policy, cfg, trainer, batch = setup
+    from dataclasses import replace
+
+    half = torch.arange(len(batch)) % 2 == 0
+    marked = replace(batch, interrupted=half)
+    _, d_keep = run_update(policy, cfg, trainer, marked, trim=False)
+    on = OmegaConf.merge(cfg, {"rollout": {"interrupt": {"mask_interrupted": True}}})
+    _, d_mask = run_update(policy, on, trainer, marked, trim=False)
+    only = replace(batch, completion_mask=batch.completion_mask * (~half).long().unsqueeze(1))
+    _, d_only = run_update(policy, cfg, trainer, only, trim=False)  # the same rows removed by hand
+    assert max((a - b).abs().max().item() for a, b in zip(d_keep, d_mask)) > 0
+    for a, b in zip(d_mask, d_only):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)

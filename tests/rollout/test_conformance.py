@@ -165,3 +165,91 @@ def test_bf16_engine_mismatch_is_bounded(served, name, tmp_path):
     d = (trainer_logprobs(policy, b) - b.logprobs).abs()[m]
     print(f"[bf16 {name}] logprob_diff mean {d.mean():.4g} max {d.max():.4g}")
     assert 1e-4 < d.mean() < BF16_MEAN, d.mean()
+
+
+@pytest.mark.parametrize("name", ["hf", "vllm"])
+def test_inflight_update_continues_sequences_under_new_weights(served, name):
+    """PipelineRL's in-flight update: weights loaded between two decode steps of one generation reach
+    the sequences in progress; every token records the version that sampled it (hf: an engine with
+    its own weights, as rollout.mode=async builds it; vllm: merged sync through its step loop)."""
+    from types import SimpleNamespace
+
+    from rlx.rollout.hf import HFEngine
+
+    base, policy, tok = served[name]
+    own = HFEngine(SimpleNamespace(batch_size=512), tok, policy, base.trainer, own_weights=True) if name == "hf" else None
+    engine = own or base
+    ref = gen(engine, n=2, seed=3)
+    lora_b = [p for n, p in policy.named_parameters() if "lora_B" in n]
+    saved = [p.detach().clone() for p in lora_b]
+    with torch.no_grad():
+        for p in lora_b:
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(5)) * 0.5)
+    payload = engine.export_weights(policy)  # version 9, not loaded yet
+    with torch.no_grad():
+        for p, s in zip(lora_b, saved):
+            p.copy_(s)
+    calls = {"n": 0}
+
+    def hook():
+        calls["n"] += 1
+        if calls["n"] == 3:
+            engine.load_weights(payload, 9)
+
+    engine.between_steps = hook
+    try:
+        b = gen(engine, n=2, seed=3)
+    finally:
+        engine.between_steps = None
+        engine.sync(policy, 0)
+    m = b.completion_mask.bool()
+    assert (b.version == 0).all()
+    assert set(b.token_version[m].tolist()) == {0, 9} and (b.token_version[~m] == -1).all()
+    assert (b.token_version.masked_fill(~m, 10**6).diff(dim=1) >= 0).all()  # versions only grow along a row
+    mixed = [(r[mk] == 0).any() and (r[mk] == 9).any() for r, mk in zip(b.token_version, m)]
+    assert any(mixed)  # sequences in progress switched weights mid-way
+    old = b.token_version == 0
+    T = min(b.completion_ids.shape[1], ref.completion_ids.shape[1])
+    assert torch.equal(b.completion_ids[:, :T][old[:, :T]], ref.completion_ids[:, :T][old[:, :T]])  # same before
+    d = (trainer_logprobs(policy, b) - b.logprobs).abs()[old & m]
+    assert d.max() < FP32_MAX  # tokens labelled 0 came from the old weights
+    new = (b.token_version == 9) & m
+    assert (trainer_logprobs(policy, b) - b.logprobs).abs()[new].mean() > 10 * FP32_MEAN  # the rest did not
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_forced_interruption_appends_the_phrase_and_scores_the_answer(served, name):
+    """Rows that hit the thinking budget get the phrase (forced, out of the loss) and an answer continued
+    from prompt + thinking + phrase: its log-probs are the trainer's on that whole context."""
+    from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
+
+    engine, policy, tok = served[name]
+    sp = SamplingParams(max_tokens=3)
+    b = engine.generate(PROMPTS, 2, sp, torch.Generator().manual_seed(0))
+    assert b.truncated.any() and not b.truncated.all()
+    phrase = phrase_ids(tok, " time is up.")
+    out = interrupt_and_answer(engine, b, sp, torch.Generator().manual_seed(1), phrase, 4)
+    assert torch.equal(out.interrupted, b.truncated)
+    for r in range(len(b)):
+        L = int(b.lengths[r])
+        assert torch.equal(out.completion_ids[r, :L], b.completion_ids[r, :L])
+        if b.truncated[r]:
+            assert out.completion_ids[r, L: L + len(phrase)].tolist() == phrase
+            assert out.forced[r].tolist() == [L <= t < L + len(phrase) for t in range(out.forced.shape[1])]
+            assert 1 <= int(out.lengths[r]) - L - len(phrase) <= 4
+            ans = out.completion_ids[r, L + len(phrase): int(out.lengths[r])]
+            assert out.texts[r] == tok.decode([t for t in ans.tolist() if t != tok.eos_token_id], skip_special_tokens=True)
+        else:
+            assert not out.forced[r].any() and out.texts[r] == b.texts[r] and int(out.lengths[r]) == L
+    lm = out.loss_mask.bool()
+    assert not (lm & out.forced).any() and lm.sum() == out.completion_mask.sum() - out.forced.sum()
+    d = (trainer_logprobs(policy, out) - out.logprobs).abs()[lm]
+    assert d.mean() < FP32_MEAN and d.max() < FP32_MAX
+
+
+def test_interruption_phrase_the_tokenizer_cannot_write_is_refused(served):
+    from rlx.rollout.interrupt import phrase_ids
+
+    _, _, tok = served["hf"]
+    with pytest.raises(ValueError, match="cannot write"):
+        phrase_ids(tok, "time is up \u2603")
