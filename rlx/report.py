@@ -589,11 +589,12 @@ def losses_tables(arms: dict[str, list[Job]], jobs: list[Job]) -> list[str]:
 
 
 LOO_ARMS = ["scalerl", "loss_ppo_clip", "agg_sample", "adv_group", "no_zero_var_filter", "no_pos_resampling",
-            "no_fp32_head"]
+            "no_fp32_head", "no_interruption", "on_policy"]
 LOO_LABELS = {"scalerl": "ScaleRL (all components)", "loss_ppo_clip": "loss: CISPO -> PPO clip (DAPO, 0.2/0.28)",
               "agg_sample": "aggregation: prompt -> sample", "adv_group": "advantage norm: batch -> group",
               "no_zero_var_filter": "zero-variance filter off", "no_pos_resampling": "no-positive-resampling off",
-              "no_fp32_head": "FP32 LM head off"}
+              "no_fp32_head": "FP32 LM head off", "no_interruption": "forced length interruption off",
+              "on_policy": "PipelineRL-8 -> on-policy (sync)"}
 
 
 def infer_loo(j: Job) -> str:
@@ -611,26 +612,55 @@ def infer_loo(j: Job) -> str:
         diffs.append("no_pos_resampling")
     if not a.get("fp32_lm_head"):
         diffs.append("no_fp32_head")
+    r = j.config.get("rollout") or {}
+    if not (r.get("interrupt") or {}).get("enabled", True):
+        diffs.append("no_interruption")
+    if r.get("mode", "stale") == "sync" or r.get("max_staleness", 8) == 0:
+        diffs.append("on_policy")
     return "+".join(diffs) or "scalerl"
 
 
-def loo_tables(arms: dict[str, list[Job]], jobs: list[Job]) -> list[str]:
+def _vs_reference(arms: dict[str, list[Job]], jobs: list[Job], ref_arm: str, labels: dict[str, str],
+                  paper: dict[str, str], title: str, first_col: str) -> list[str]:
+    """Sigmoid fit per arm and ScaleRL's rule of every arm against `ref_arm`."""
     cfg = scaling_config(jobs)
     fits = fit_arms(arms, cfg)
-    ref = fits.get("scalerl")
+    ref = fits.get(ref_arm)
     rows = []
     for arm, js in arms.items():
         f = fits[arm]
         dA = (f"{f.fit.A - ref.fit.A:+.3f}" if ref is not None and ref.fit is not None and f.fit is not None
-              and arm != "scalerl" else "–")
-        verdict = _verdict(ref, f, cfg) if ref is not None and arm != "scalerl" else "–"
-        rows.append([LOO_LABELS.get(arm, arm), f"{sum(j.ok for j in js)}/{len(js)}",
+              and arm != ref_arm else "–")
+        verdict = _verdict(ref, f, cfg) if ref is not None and arm != ref_arm else "–"
+        rows.append([labels.get(arm, arm), f"{sum(j.ok for j in js)}/{len(js)}",
                      stat(js, summary_value(cfg.metric)).cell(100), *_fit_cells(f), dA, verdict,
-                     SCALERL_LOO_PAPER.get(arm, "–"), f.note])
-    out = ["## ScaleRL leave-one-out: each component reverted in turn", ""] + _scaling_intro(cfg)
-    out += md_table(["recipe", "finished", f"final {cfg.metric} (%)", "A", "B", "C_mid", "dA vs ScaleRL",
-                     "ScaleRL's rule vs full recipe", "paper", "note"], rows)
+                     paper.get(arm, "–"), f.note])
+    out = [title, ""] + _scaling_intro(cfg)
+    out += md_table([first_col, "finished", f"final {cfg.metric} (%)", "A", "B", "C_mid", f"dA vs {labels.get(ref_arm, ref_arm)}",
+                     "ScaleRL's rule vs it", "paper", "note"], rows)
     return out
+
+
+def loo_tables(arms: dict[str, list[Job]], jobs: list[Job]) -> list[str]:
+    return _vs_reference(arms, jobs, "scalerl", LOO_LABELS, SCALERL_LOO_PAPER,
+                         "## ScaleRL leave-one-out: each component reverted in turn", "recipe")
+
+
+OFFPOLICY_ARMS = ["pipeline_8", "ppo_8", "on_policy"]
+OFFPOLICY_LABELS = {"pipeline_8": "PipelineRL-8 (stale k=8, mu 1)", "ppo_8": "PPO-8 (on-policy batch, mu 8)",
+                    "on_policy": "on-policy (sync, mu 1)"}
+
+
+def infer_offpolicy(j: Job) -> str:
+    r, a = j.config.get("rollout") or {}, j.config.get("algo") or {}
+    if r.get("mode") != "sync" and r.get("max_staleness", 0) > 0:
+        return f"pipeline_{r['max_staleness']}"
+    return f"ppo_{a['mu']}" if a.get("mu", 1) > 1 else "on_policy"
+
+
+def offpolicy_tables(arms: dict[str, list[Job]], jobs: list[Job]) -> list[str]:
+    return _vs_reference(arms, jobs, "pipeline_8", OFFPOLICY_LABELS, {"pipeline_8": "beats PPO-8 in efficiency (B)"},
+                         "## ScaleRL off-policy families: PipelineRL-k vs PPO-k", "off-policy family")
 
 
 LAYOUTS: dict[str, Layout] = {
@@ -641,6 +671,8 @@ LAYOUTS: dict[str, Layout] = {
     "scalerl_losses": Layout("ScaleRL losses (tiny scale)", None, LOSS_ARMS, infer_algo, losses_tables, scaling=True),
     "scalerl_loo": Layout("ScaleRL leave-one-out (tiny scale)", "loo_arm", LOO_ARMS, infer_loo, loo_tables,
                           LOO_LABELS, scaling=True),
+    "scalerl_offpolicy": Layout("ScaleRL off-policy families (tiny scale)", "offpolicy_arm", OFFPOLICY_ARMS,
+                                infer_offpolicy, offpolicy_tables, OFFPOLICY_LABELS, scaling=True),
 }
 
 

@@ -35,7 +35,8 @@ def validate(cfg) -> None:
 
 
 def test_the_five_paper_tables_have_a_sweep_file():
-    assert SWEEP_NAMES == ["next_table", "qerl_speed", "qerl_table1", "scalerl_loo", "scalerl_losses"]
+    assert SWEEP_NAMES == ["next_table", "qerl_speed", "qerl_table1", "scalerl_loo", "scalerl_losses",
+                           "scalerl_offpolicy"]
 
 
 @pytest.mark.parametrize("name", SWEEP_NAMES)
@@ -112,20 +113,45 @@ LOO_COMPONENT = {
     "no_zero_var_filter": {"zero_variance_filter": False},
     "no_pos_resampling": {"no_positive_resampling": False},
     "no_fp32_head": {"fp32_lm_head": False},
+    "no_interruption": {"interrupt.enabled": False},
+    "on_policy": {"mode": "sync", "max_staleness": 0},
 }
+
+
+def _recipe(c) -> dict:
+    """The algo keys, plus the generation side of the recipe (rollout mode, staleness, interruption)."""
+    out = OmegaConf.to_container(c.algo)
+    out.update({"mode": c.rollout.mode, "max_staleness": c.rollout.max_staleness,
+                "interrupt.enabled": c.rollout.interrupt.enabled})
+    return out
 
 
 def test_scalerl_loo_reverts_exactly_one_component_per_arm():
     algos = {}
     for job, c in _jobs("scalerl_loo"):
-        algos[dict(o.split("=") for o in job)["loo_arm"]] = OmegaConf.to_container(c.algo)
+        algos[dict(o.split("=") for o in job)["loo_arm"]] = _recipe(c)
     full = algos.pop("scalerl")
     assert (full["loss"], full["aggregation"], full["adv_norm"]) == ("cispo", "prompt", "batch")
     assert full["zero_variance_filter"] and full["no_positive_resampling"] and full["fp32_lm_head"]
+    assert (full["mode"], full["max_staleness"], full["interrupt.enabled"]) == ("stale", 8, True)  # PipelineRL-8 stand-in
     assert set(algos) == set(LOO_COMPONENT)
     for arm, algo in algos.items():
         diff = {k: v for k, v in algo.items() if full[k] != v}
         assert diff == LOO_COMPONENT[arm], arm
+
+
+def test_scalerl_losses_compares_on_off_policy_data():
+    for _, c in _jobs("scalerl_losses"):
+        assert (c.rollout.mode, c.rollout.max_staleness) == ("stale", 8)
+
+
+def test_scalerl_offpolicy_is_pipeline_k_vs_ppo_k():
+    arms = {dict(o.split("=") for o in job)["offpolicy_arm"]: _recipe(c) for job, c in _jobs("scalerl_offpolicy")}
+    assert {a: (r["mode"], r["max_staleness"], r["mu"]) for a, r in arms.items()} == {
+        "pipeline_8": ("stale", 8, 1), "ppo_8": ("sync", 0, 8), "on_policy": ("sync", 0, 1)}
+    base = {k: v for k, v in arms["pipeline_8"].items() if k not in ("mode", "max_staleness", "mu")}
+    for r in arms.values():  # the rest of the ScaleRL recipe is the same in every arm
+        assert {k: v for k, v in r.items() if k not in ("mode", "max_staleness", "mu")} == base
 
 
 def test_experiments_exist():
@@ -165,6 +191,8 @@ def test_next_experiment_has_the_papers_recipe():
 
 def test_scalerl_experiment_has_the_papers_recipe():
     c = compose(["experiment=scalerl_8b", *PATHS])  # PAPERS.md: ScaleRL
+    assert (c.rollout.mode, c.rollout.max_staleness, c.rollout.interrupt.enabled) == ("async", 8, True)
+    assert c.rollout.engine == "vllm"
     a = c.algo
     assert (a.loss, a.aggregation, a.adv_norm, a.beta) == ("cispo", "prompt", "batch", 0.0)
     assert a.zero_variance_filter and a.no_positive_resampling and a.fp32_lm_head and a.pass_rate_threshold == 0.9
