@@ -246,7 +246,8 @@ def rl_step(p: Parts, step: int) -> dict:
     shaped = A.shape_batch(batch, rewards, cfg.algo, cfg.rollout.group_size, cfg.rollout.prompts_per_step,
                            refill=functools.partial(refill, p, step))
     m.update(shaped.metrics)
-    gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens
+    # compute counts every generated token, also those of async groups dropped as too stale
+    gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
     m["timing_s/gen"] = time.time() - t_gen
     p.engine.sleep()  # rollout.vllm.sleep_mode (GPU): vLLM's memory is the trainer's until the sync
     t_train = time.time()

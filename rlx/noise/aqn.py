@@ -101,6 +101,11 @@ class NoiseInjector:
         metrics["noise/changed_frac"] = changed / max(total, 1)
         return metrics
 
+    @property
+    def active_step(self) -> int | None:
+        """The step whose noise is applied now (None when the weights are clean)."""
+        return self._active_step
+
     @torch.no_grad()
     def restore(self, model: nn.Module | None = None) -> None:
         """Write the clean weights back bitwise. A no-op when no noise is applied.

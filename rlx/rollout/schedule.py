@@ -164,7 +164,7 @@ class AsyncSchedule(SyncSchedule):
         self.error: BaseException | None = None
         self.stop = False
         self.started = False
-        self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0}
+        self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0}
         self.engine.between_steps = self._apply_pending
         self.thread = threading.Thread(target=self._loop, name="rlx-generator", daemon=True)
 
@@ -172,8 +172,14 @@ class AsyncSchedule(SyncSchedule):
     def _apply_pending(self) -> None:
         with self.cond:
             pending, self.pending = self.pending, None
-        if pending is not None:
-            self.engine.load_weights(*pending)
+        if pending is None:
+            return
+        step = self.noise.active_step if self.noise is not None else None
+        if step is not None:  # vLLM's reload replaces every weight, norms included: noise goes back on after
+            self.noise.restore()
+        self.engine.load_weights(*pending)
+        if step is not None:
+            self.noise.apply(self.engine.noise_target(), step)
 
     def _loop(self) -> None:
         try:
@@ -212,8 +218,9 @@ class AsyncSchedule(SyncSchedule):
         with self.cond:
             while len(taken) < n:
                 while self.queue and (step - 1) - int(self.queue[0][1].version.min()) > self.k:
-                    self.queue.popleft()  # too stale for the bound: never reaches the loss
+                    _, old = self.queue.popleft()  # too stale for the bound: never reaches the loss
                     self.stats["dropped"] += 1
+                    self.stats["dropped_tokens"] += int(old.completion_mask.sum())
                 if self.queue:
                     taken.append(self.queue.popleft())
                     self.cond.notify_all()
@@ -231,8 +238,9 @@ class AsyncSchedule(SyncSchedule):
         batch = RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
         if metrics is not None:
             metrics.update({"timing_s/gen_idle": self.stats["gen_idle"], "timing_s/trainer_wait": self.stats["trainer_wait"],
-                            "rollout/dropped_stale_groups": self.stats["dropped"], "rollout/queue_groups": queued})
-            self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0}
+                            "rollout/dropped_stale_groups": self.stats["dropped"], "rollout/queue_groups": queued,
+                            "rollout/dropped_stale_tokens": self.stats["dropped_tokens"]})
+            self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0}
         return examples, batch
 
     def push(self, policy, version):

@@ -253,3 +253,41 @@ def test_interruption_phrase_the_tokenizer_cannot_write_is_refused(served):
     _, _, tok = served["hf"]
     with pytest.raises(ValueError, match="cannot write"):
         phrase_ids(tok, "time is up \u2603")
+
+
+@pytest.mark.parametrize("name", ["hf", "vllm"])
+def test_inflight_update_keeps_aqn_noise_on(served, name):
+    """An in-flight weight load during a noisy generation (rollout.mode=async with AQN) leaves the
+    engine's norms noisy (vLLM's reload rewrites them: the schedule puts the noise back), and clean after."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from rlx.noise import build_noise
+    from rlx.noise.config import NoiseConfig
+    from rlx.rollout.hf import HFEngine
+    from rlx.rollout.schedule import AsyncSchedule
+
+    base, policy, tok = served[name]
+    engine = HFEngine(SimpleNamespace(batch_size=512), tok, policy, base.trainer, own_weights=True) \
+        if name == "hf" else base
+    noise = build_noise(OmegaConf.structured(NoiseConfig(type="aqn", schedule="constant", sigma_start=0.5)), 10, 0)
+    sched = AsyncSchedule(engine, None, 2, SamplingParams(max_tokens=4), torch.Generator(), noise=noise, k=1,
+                          prompts_per_step=1)
+    norms = lambda: {n: q.detach().clone() for n, q in engine.noise_target().named_parameters() if "norm" in n}  # noqa: E731
+    clean = norms()
+    try:
+        with noise.applied(engine.noise_target(), 3):
+            noisy = norms()
+            sched.pending = (engine.export_weights(policy), 4)
+            sched._apply_pending()
+            after = norms()
+        assert engine.version == 4
+        assert any(not torch.equal(noisy[k], clean[k]) for k in clean)
+        for k in clean:
+            assert torch.equal(after[k], noisy[k]), k  # still the same noise after the load
+        for k, v in norms().items():
+            assert torch.equal(v, clean[k]), k  # and clean once the generation is over
+    finally:
+        engine.between_steps = None
+        engine.sync(policy, 0)

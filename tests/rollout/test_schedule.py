@@ -91,7 +91,7 @@ def test_async_drops_groups_beyond_the_bound_and_counts_them():
             s.push(v, v)
         m = {}
         ex, b = s.generate(None, 2, 5, metrics=m)
-        assert m["rollout/dropped_stale_groups"] == 2
+        assert m["rollout/dropped_stale_groups"] == 2 and m["rollout/dropped_stale_tokens"] == 2 * 2 * 4
         assert int((4 - b.version).max()) <= 1
     finally:
         s.close()
