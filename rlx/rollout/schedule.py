@@ -228,20 +228,20 @@ class AsyncSchedule(SyncSchedule):
                 if self.error is not None:
                     raise RuntimeError("rollout generator thread failed") from self.error
                 self.cond.wait()
-            queued = len(self.queue)
-        self.stats["trainer_wait"] += time.time() - t0
+            self.stats["trainer_wait"] += time.time() - t0
+            if metrics is not None:  # since the last report (refills included)
+                metrics.update({"timing_s/gen_idle": self.stats["gen_idle"],
+                                "timing_s/trainer_wait": self.stats["trainer_wait"],
+                                "rollout/dropped_stale_groups": self.stats["dropped"],
+                                "rollout/dropped_stale_tokens": self.stats["dropped_tokens"],
+                                "rollout/queue_groups": len(self.queue)})
+                self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0}
         examples = [e for e, _ in taken]
         parts = []
         for i, (_, b) in enumerate(taken):
             b.group = torch.full_like(b.group, i)
             parts.append(b)
-        batch = RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
-        if metrics is not None:
-            metrics.update({"timing_s/gen_idle": self.stats["gen_idle"], "timing_s/trainer_wait": self.stats["trainer_wait"],
-                            "rollout/dropped_stale_groups": self.stats["dropped"], "rollout/queue_groups": queued,
-                            "rollout/dropped_stale_tokens": self.stats["dropped_tokens"]})
-            self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0}
-        return examples, batch
+        return examples, RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
 
     def push(self, policy, version):
         payload = self.engine.export_weights(policy)  # trainer side: a detached copy
