@@ -4,16 +4,20 @@ Runs the same `python -m rlx.train` experiment with `rollout.mode=sync` and `rol
 (PipelineRL, `rollout.max_staleness`), alternating sync / async `--repeats` times per engine and
 thread count, and prints the median wall seconds per RL step of each mode (steps after the first
 `--skip`, from metrics.jsonl's timing_s/step, evaluation excluded), the async/sync ratio, and the
-async run's trainer-wait and generator-idle seconds per step (where the overlap went).
+async run's trainer-wait and generator-idle seconds per step (where the overlap went), and the
+cores each run really used (CPU seconds / wall seconds of the whole run: above 1 only if the
+generator thread and the trainer ran at the same time).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rlx.bench.common import work_dir
@@ -24,8 +28,13 @@ def run_once(run_dir: Path, engine: str, mode: str, threads: int, a) -> dict:
             f"train.steps={a.steps}", f"train.eval_every={a.steps}", f"train.ckpt_every={a.steps}",
             f"trainer.threads={threads}", "logger.mode=disabled", "train.progress=false", "rollout.eval_k=0",
             f"hydra.run.dir={run_dir}", *a.override]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
     subprocess.run([sys.executable, "-m", "rlx.train", *over], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=3600)
+    wall = time.time() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in rows if r["step"] > a.skip]
     step_s = [r["timing_s/step"] - r.get("timing_s/eval", 0.0) for r in steps]
@@ -33,7 +42,8 @@ def run_once(run_dir: Path, engine: str, mode: str, threads: int, a) -> dict:
             "wait_s": statistics.mean(r.get("timing_s/trainer_wait", 0.0) for r in steps),
             "idle_s": statistics.mean(r.get("timing_s/gen_idle", 0.0) for r in steps),
             "gen_s": statistics.median(r["timing_s/gen"] for r in steps),
-            "train_s": statistics.median(r["timing_s/train"] for r in steps)}
+            "train_s": statistics.median(r["timing_s/train"] for r in steps),
+            "cores": cpu / wall}  # CPU seconds per wall second of the whole run: the parallelism it got
 
 
 def main(argv=None) -> dict:
@@ -62,7 +72,8 @@ def main(argv=None) -> dict:
                 print(f"{engine:5s} threads={threads}: sync {med['sync']['step_s']:.3f} s/step "
                       f"(gen {med['sync']['gen_s']:.3f}, train {med['sync']['train_s']:.3f}) | async "
                       f"{med['async']['step_s']:.3f} s/step (trainer wait {med['async']['wait_s']:.3f}, "
-                      f"generator idle {med['async']['idle_s']:.3f}) | async/sync {med['ratio_async_over_sync']:.2f}",
+                      f"generator idle {med['async']['idle_s']:.3f}) | async/sync {med['ratio_async_over_sync']:.2f} | "
+                      f"cores used: sync {med['sync']['cores']:.2f}, async {med['async']['cores']:.2f}",
                       flush=True)
     finally:
         if tmp is not None:
