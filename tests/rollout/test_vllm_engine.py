@@ -86,3 +86,15 @@ def test_vllm_refuses_what_it_cannot_serve_before_building(tmp_path, monkeypatch
         run_tiny(tmp_path / "run", VLLM + override)
     assert not (tmp_path / "fresh_cache").exists()  # nothing was built
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_vllm_async_and_stale_modes_in_the_loop(tmp_path):
+    """rollout=vllm under PipelineRL (async, in-flight reloads through vLLM's step loop) and under the
+    deterministic stale schedule (which reloads an older version before each generation)."""
+    run_tiny(tmp_path / "async", VLLM + ["rollout.mode=async", "rollout.max_staleness=2", "train.steps=5"])
+    rows = [r for r in read_metrics(tmp_path / "async") if r["step"] > 0]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert all(0 <= r["rollout/staleness/max"] <= 2 for r in rows) and "val/acc" in rows[-1]
+    run_tiny(tmp_path / "stale", VLLM + ["rollout.mode=stale", "rollout.max_staleness=2", "train.steps=5"])
+    stale = [r for r in read_metrics(tmp_path / "stale") if r["step"] > 0]
+    assert [r["rollout/staleness/max"] for r in stale] == [0, 1, 2, 2, 2]
