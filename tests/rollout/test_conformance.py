@@ -148,25 +148,6 @@ def test_sync_reaches_the_engine_and_versions_rows(served, name):
     assert torch.equal(gen(engine, temperature=0.0, n=1).completion_ids, before.completion_ids)
 
 
-@pytest.mark.parametrize("name", ENGINES)
-def test_bf16_engine_mismatch_is_bounded(served, name, tmp_path):
-    """A bf16 engine (hf under bf16 autocast; vLLM with dtype=bfloat16) against the fp32 trainer:
-    the mismatch the TIS correction exists for. Nonzero, and bounded."""
-    from tests.rollout.conftest import make_engine
-
-    _, policy, tok = served[name]
-    path = served["path"]
-    engine = make_engine(name, policy, tok, path, dtype="bf16")
-    try:
-        b = gen(engine)
-    finally:
-        engine.close()
-    m = b.completion_mask.bool()
-    d = (trainer_logprobs(policy, b) - b.logprobs).abs()[m]
-    print(f"[bf16 {name}] logprob_diff mean {d.mean():.4g} max {d.max():.4g}")
-    assert 1e-4 < d.mean() < BF16_MEAN, d.mean()
-
-
 @pytest.mark.parametrize("name", ["hf", "vllm"])
 def test_inflight_update_continues_sequences_under_new_weights(served, name):
     """PipelineRL's in-flight update: weights loaded between two decode steps of one generation reach
@@ -291,3 +272,24 @@ def test_inflight_update_keeps_aqn_noise_on(served, name):
     finally:
         engine.between_steps = None
         engine.sync(policy, 0)
+
+
+# Last in the module on purpose: building and closing a second vLLM engine in this process tears
+# down vLLM's process-global parallel state, which the module's `served` engines still use.
+@pytest.mark.parametrize("name", ENGINES)
+def test_bf16_engine_mismatch_is_bounded(served, name, tmp_path):
+    """A bf16 engine (hf under bf16 autocast; vLLM with dtype=bfloat16) against the fp32 trainer:
+    the mismatch the TIS correction exists for. Nonzero, and bounded."""
+    from tests.rollout.conftest import make_engine
+
+    _, policy, tok = served[name]
+    path = served["path"]
+    engine = make_engine(name, policy, tok, path, dtype="bf16")
+    try:
+        b = gen(engine)
+    finally:
+        engine.close()
+    m = b.completion_mask.bool()
+    d = (trainer_logprobs(policy, b) - b.logprobs).abs()[m]
+    print(f"[bf16 {name}] logprob_diff mean {d.mean():.4g} max {d.max():.4g}")
+    assert 1e-4 < d.mean() < BF16_MEAN, d.mean()

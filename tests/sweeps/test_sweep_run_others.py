@@ -12,6 +12,13 @@ from tests.sweeps.test_report import table_row
 from tests.sweeps.test_sweep_configs import LOO_COMPONENT
 
 
+def _recipe(cfg: dict) -> dict:
+    """algo keys plus the generation side of the ScaleRL recipe, as test_sweep_configs compares them."""
+    r = cfg["rollout"]
+    return {**cfg["algo"], "mode": r["mode"], "max_staleness": r["max_staleness"],
+            "interrupt.enabled": r["interrupt"]["enabled"]}
+
+
 def metrics(job):
     return [json.loads(x) for x in (job / "metrics.jsonl").read_text().splitlines()]
 
@@ -59,7 +66,7 @@ def test_scalerl_loo_runs_each_component_reverted(tmp_path):
     run_sweep("scalerl_loo", tmp_path, SMOKE + BATCH + ["seed=0", "train.steps=2", "scaling.bootstrap=0"])
     jobs = {overrides(j)["loo_arm"]: j for j in job_dirs(tmp_path)}
     assert set(jobs) == {"scalerl", *LOO_COMPONENT}
-    algo = {a: yaml.safe_load((j / ".hydra/config.yaml").read_text())["algo"] for a, j in jobs.items()}
+    algo = {a: _recipe(yaml.safe_load((j / ".hydra/config.yaml").read_text())) for a, j in jobs.items()}
     for arm, job in jobs.items():
         assert summary(job)["status"] == "finished", arm
         if arm != "scalerl":  # the launched job differs from the full recipe in exactly its component
@@ -70,3 +77,14 @@ def test_scalerl_loo_runs_each_component_reverted(tmp_path):
     md, _ = R.build_report(tmp_path, plots=False)
     assert table_row(md, "ScaleRL (all components)")[1] == "1/1"
     assert table_row(md, "FP32 LM head off")[8] == "A 0.52 (with FP32 head: 0.61)"
+
+
+def test_scalerl_offpolicy_runs_each_family(tmp_path):
+    run_sweep("scalerl_offpolicy", tmp_path, SMOKE + BATCH + ["seed=0", "train.steps=3", "scaling.bootstrap=0"])
+    jobs = {overrides(j)["offpolicy_arm"]: j for j in job_dirs(tmp_path)}
+    assert list(jobs) == ["pipeline_8", "ppo_8", "on_policy"]
+    lag = {a: [r["rollout/staleness/max"] for r in metrics(j) if r["step"] > 0] for a, j in jobs.items()}
+    assert lag == {"pipeline_8": [0, 1, 2], "ppo_8": [0, 0, 0], "on_policy": [0, 0, 0]}
+    md, _ = R.build_report(tmp_path, plots=False)
+    for label in ("PipelineRL-8 (stale k=8, mu 1)", "PPO-8 (on-policy batch, mu 8)", "on-policy (sync, mu 1)"):
+        assert table_row(md, label)[1] == "1/1"
