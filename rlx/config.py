@@ -78,8 +78,10 @@ class TaskConfig:
     num_terms: int = 3
     max_operand: int = 20
     digits: int = 2
-    # reward functions (registered names) and their weights; each is logged as train/rewards/<name>
-    rewards: dict[str, float] = field(default_factory=lambda: {"correct": 1.0})
+    # reward functions (registered names) and their weights; each is logged as train/rewards/<name>.
+    # No default here: each task file names its own (a default would be MERGED into the file's dict)
+    rewards: dict[str, float] = field(default_factory=dict)
+    reward_timeout_s: float = 5.0  # hard bound per math_verify call (worker process; timeout -> 0)
     # jsonl: local files and field names
     train_path: Optional[str] = None
     eval_path: Optional[str] = None

@@ -33,7 +33,7 @@ from rlx.checkpoint import Checkpointer
 from rlx.config import register_configs
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import RunLogger, read_metrics
-from rlx.models import base_dir, build_policy
+from rlx.models import base_dir, build_policy, count_params
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, build_engine, check_engine
 from rlx.rollout.schedule import build_schedule, check_schedule_config
@@ -110,7 +110,7 @@ def build(cfg, run_dir: Path) -> Parts:
               extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps),
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
-              n_params=sum(q.numel() for q in policy.parameters()), ckpt=Checkpointer(Path(run_dir) / "ckpt"))
+              n_params=count_params(policy), ckpt=Checkpointer(Path(run_dir) / "ckpt"))
     max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in task.eval[:64] + task.train[:64])
     max_new = max(cfg.rollout.max_new_tokens + _interrupt_tokens(cfg.rollout, tok), cfg.rollout.eval_max_new_tokens or 0)
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
@@ -243,6 +243,10 @@ def rl_step(p: Parts, step: int) -> dict:
     examples, batch = generate(p, cfg.rollout.prompts_per_step, step, m)  # AQN: noisy sampling policy only
     per_fn, rewards, passed = score(p, examples, batch)
     m.update(rollout_metrics(p, batch, rewards, per_fn, passed, examples, step))
+    m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
+    if step == p.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
+        _log(f"[warn] {100 * m['response_length/clip_ratio']:.0f}% of the completions hit rollout.max_new_tokens="
+             f"{cfg.rollout.max_new_tokens} without eos: the budget is probably too small for this task")
     shaped = A.shape_batch(batch, rewards, cfg.algo, cfg.rollout.group_size, cfg.rollout.prompts_per_step,
                            refill=functools.partial(refill, p, step))
     m.update(shaped.metrics)

@@ -63,6 +63,16 @@ def attach_lora(model, lora_cfg, quantized: bool = False):
     return get_peft_model(model, lcfg)
 
 
+def count_params(model) -> int:
+    """Parameters the forward computes with: every nn.Parameter plus the logical weights of packed
+    quantized linears (their 4-bit codes are buffers), so a quantized model counts like its 16-bit
+    original (the flops of perf/compute/* are 2N per generated and 6N per trained token)."""
+    from rlx.quant.linear import QuantLinear
+
+    packed = sum(m.out_features * m.in_features for m in model.modules() if isinstance(m, QuantLinear))
+    return sum(q.numel() for q in model.parameters()) + packed
+
+
 def base_dir(cfg) -> Path:
     """The directory holding the base model's HF checkpoint (what a vLLM engine loads)."""
     if cfg.model.source == "tiny":

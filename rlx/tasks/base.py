@@ -30,9 +30,17 @@ class Task:
         self.cfg = cfg
         self.train: list[Example] = []
         self.eval: list[Example] = []
+        if not cfg.rewards:
+            raise ValueError(f"task.rewards is empty; name at least one reward function, e.g. task.rewards="
+                             f"{{correct: 1.0}} (registered: {sorted(REWARDS)})")
         unknown = [r for r in cfg.rewards if r not in REWARDS]
         if unknown:
             raise ValueError(f"task.rewards: unknown reward function(s) {unknown}; registered: {sorted(REWARDS)}")
+        self.verifier = None
+        if "math_verify" in cfg.rewards:
+            from rlx.tasks.verify import configure
+
+            self.verifier = configure(cfg.get("reward_timeout_s", 5.0))
         self._epoch = 0
         self._pos = 0
         self._order: list[int] | None = None
@@ -86,11 +94,18 @@ class Task:
         n = len(next(iter(per_fn.values())))
         return [sum(self.cfg.rewards[k] * per_fn[k][i] for k in per_fn) for i in range(n)]
 
+    def reward_stats(self) -> dict[str, int]:
+        """Bounded-reward events since the last call: math_verify timeouts, refused inputs, worker errors."""
+        if self.verifier is None:
+            return {}
+        return {f"train/reward_{k}": v for k, v in self.verifier.pop_stats().items()}
+
     @staticmethod
     def passed(per_fn: dict[str, list[float]]) -> list[bool]:
-        """Whether each completion solved its problem: the correctness reward if configured, else reward > 0."""
-        for name in ("correct", "math_verify"):
-            if name in per_fn:
-                return [v >= 1.0 for v in per_fn[name]]
+        """Whether each completion solved its problem: any configured correctness verifier says so
+        (exact `correct` or `math_verify`, so "The answer is 10." counts on GSM8K); else reward > 0."""
+        checks = [per_fn[name] for name in ("correct", "math_verify") if name in per_fn]
         n = len(next(iter(per_fn.values())))
+        if checks:
+            return [any(c[i] >= 1.0 for c in checks) for i in range(n)]
         return [sum(per_fn[k][i] for k in per_fn) > 0 for i in range(n)]

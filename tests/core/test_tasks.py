@@ -11,7 +11,7 @@ from rlx.tasks.base import Example
 
 
 def _cfg(**kw):
-    return OmegaConf.merge(OmegaConf.structured(TaskConfig), kw)
+    return OmegaConf.merge(OmegaConf.structured(TaskConfig), {"rewards": kw.pop("rewards", {"correct": 1.0})}, kw)
 
 
 @pytest.mark.parametrize("name,extra", [("arith", {}), ("multiply", {"digits": 2})])
@@ -114,3 +114,91 @@ def test_jsonl_errors_name_the_problem(tmp_path):
     p.write_text(json.dumps({"q": "1", "a": "2"}) + "\n")
     with pytest.raises(ValueError, match="question"):
         build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p)))
+
+
+# ---------------------------------------------------------------- real-task scoring (issue 15)
+
+def _math_task(tmp_path, gold: str, rewards=None):
+    p = tmp_path / "m.jsonl"
+    p.write_text(json.dumps({"problem": "q", "answer": gold}) + "\n")
+    return build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), question_field="problem",
+                           answer_field="answer", n_train=0, n_eval=0, rewards=rewards or {"math_verify": 1.0}))
+
+
+def test_boxed_answers_with_nested_braces(tmp_path):
+    from rlx.tasks.rewards import last_boxed
+
+    assert last_boxed(r"so \boxed{\frac{1}{2}}.") == r"\frac{1}{2}"
+    assert last_boxed(r"\boxed{1} then \boxed{\sqrt{\frac{a}{b}}}") == r"\sqrt{\frac{a}{b}}"
+    assert last_boxed(r"\boxed{\frac{1}{2}") is None  # unclosed
+    t = _math_task(tmp_path, r"\frac{1}{2}", {"correct": 1.0, "math_verify": 1.0})
+    outs = [r"The answer is \boxed{\frac{1}{2}}", r"\boxed{\frac12}", r"\boxed{0.5}", r"\boxed{\frac{1}{3}}"]
+    per = t.score(t.eval * 4, outs)
+    assert per["correct"] == [1.0, 0.0, 0.0, 0.0]  # exact match of the boxed content
+    assert per["math_verify"] == [1.0, 1.0, 1.0, 0.0]  # equivalence
+    assert t.passed(per) == [True, True, True, False]  # val/acc counts any correct phrasing
+
+
+def test_gsm8k_val_acc_counts_a_correct_answer_however_phrased(tmp_path):
+    t = _math_task(tmp_path, "10", {"correct": 2.0, "math_verify": 1.0})
+    per = t.score(t.eval * 3, [" The answer is 10.", "#### 10", "#### 11"])
+    assert per["correct"] == [0.0, 1.0, 0.0] and per["math_verify"] == [1.0, 1.0, 0.0]
+    assert t.passed(per) == [True, True, False]
+
+
+def test_task_rewards_replace_instead_of_merging():
+    from tests.conftest import compose
+
+    assert dict(compose(["task=gsm8k"]).task.rewards) == {"math_verify": 1.0}
+    assert dict(compose(["task=math"]).task.rewards) == {"math_verify": 1.0}
+    assert dict(compose([]).task.rewards) == {"correct": 1.0}
+    assert dict(compose(["experiment=qerl_gsm8k_7b"]).task.rewards) == {"math_verify": 2.0}
+    with pytest.raises(ValueError, match="task.rewards is empty"):
+        build_task(OmegaConf.structured(TaskConfig))
+
+
+def test_real_tasks_get_a_real_length_budget():
+    from tests.conftest import compose
+
+    assert compose([]).rollout.max_new_tokens == 6  # the tiny arith default is unchanged
+    assert compose(["task=gsm8k"]).rollout.max_new_tokens >= 256
+    assert compose(["task=math"]).rollout.max_new_tokens >= 512
+    assert compose(["model=hf", "task=gsm8k", "rollout=vllm"]).rollout.max_new_tokens >= 256
+
+
+ADVERSARIAL = [
+    "9^9^9^9",
+    "\\boxed{9^{9^{9^{9}}}}",
+    "(x+y+z+1)^{200}",
+    "1" * 100_000,
+    " " * 100_000 + "x",
+    "\\frac{" * 150 + "1" + "}{2}" * 150,
+]
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL, ids=["power_tower", "boxed_tower", "expand", "100k_digits",
+                                                    "long_space", "frac_150"])
+def test_adversarial_completions_are_bounded_and_score_zero(tmp_path, text):
+    import time
+
+    from rlx.tasks import verify
+
+    t = _math_task(tmp_path, r"\frac{1}{2}", {"correct": 1.0, "format": 0.1, "math_verify": 1.0})
+    verify.configure(2.0)
+    t.score(t.eval, ["1/2"])  # the worker is warm (its imports are not part of the bound)
+    t.reward_stats()
+    t0 = time.time()
+    per = t.score(t.eval, [text])
+    took = time.time() - t0
+    assert took <= 5.0, took
+    assert per["math_verify"] == [0.0] and per["correct"] == [0.0]
+    stats = t.reward_stats()
+    if took > 1.5:  # stopped by the hard bound, and counted
+        assert stats["train/reward_timeouts"] == 1
+    assert t.score(t.eval, [r"\boxed{\frac{2}{4}}"])["math_verify"] == [1.0]  # the worker is back
+
+
+def test_deep_nesting_is_refused_not_verified(tmp_path):
+    t = _math_task(tmp_path, r"\frac{1}{2}")
+    per = t.score(t.eval, ["\\frac{" * 150 + "1" + "}{2}" * 150])
+    assert per["math_verify"] == [0.0] and t.reward_stats()["train/reward_refused"] == 1
