@@ -197,6 +197,70 @@ class RLXConfig:
     paper: Any = None  # free-form notes carried by paper-scale experiment files
 
 
+LOGGER_MODES = ("offline", "online", "disabled")
+FREE_FORM = {"paper"}  # top-level keys whose contents the schema does not describe
+
+
+def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
+    """Keys in `cfg` that the dataclass schema does not have (added with Hydra's `+key=value`, which
+    bypasses the schema): such a key would be stored and silently ignored."""
+    from dataclasses import is_dataclass
+
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.structured(RLXConfig) if schema is None else schema
+    out = []
+    for key in cfg.keys():
+        if not prefix and key in FREE_FORM:
+            continue
+        full = f"{prefix}{key}"
+        if key not in schema:
+            out.append(full)
+            continue
+        child, sub = cfg._get_node(key), schema._get_node(key)
+        if isinstance(child, DictConfig) and isinstance(sub, DictConfig) and is_dataclass(sub._metadata.object_type):
+            out += unknown_keys(child, sub, full + ".")
+    return out
+
+
+def check_values(cfg) -> None:
+    """Values the schema's types cannot rule out, refused before any model is built (naming the key)."""
+    unknown = unknown_keys(cfg)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {unknown}: not in rlx's schema, so nothing would read them "
+                         f"(a `+key=value` override adds keys; check the spelling, `--help` lists every key)")
+    r, a, m, t = cfg.rollout, cfg.algo, cfg.model, cfg.task
+    rules = [
+        (r.temperature > 0, "rollout.temperature", "must be > 0 for training rollouts (behaviour log-probs "
+                                                    "of a greedy policy are not a distribution)"),
+        (r.eval_temperature >= 0, "rollout.eval_temperature", "must be >= 0"),
+        (r.group_size >= 2, "rollout.group_size", "must be >= 2: advantages are rewards centred on their group, "
+                                                  "so a group of one always has advantage 0"),
+        (r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1"),
+        (r.eval_k >= 0, "rollout.eval_k", "must be >= 0"),
+        (r.batch_size >= 1, "rollout.batch_size", "must be >= 1"),
+        (a.lr >= 0, "algo.lr", "must be >= 0"),
+        (a.weight_decay >= 0, "algo.weight_decay", "must be >= 0"),
+        (a.grad_clip > 0, "algo.grad_clip", "must be > 0 (the max gradient norm)"),
+        (a.warmup_steps >= 0, "algo.warmup_steps", "must be >= 0"),
+        (m.lora.r >= 1, "model.lora.r", "must be >= 1"),
+        (m.lora.alpha > 0, "model.lora.alpha", "must be > 0"),
+        (0 <= m.lora.dropout < 1, "model.lora.dropout", "must be in [0, 1)"),
+        (cfg.logger.mode in LOGGER_MODES, "logger.mode", f"must be one of {list(LOGGER_MODES)}"),
+        (t.name == "jsonl" or t.n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task"),
+        (t.name == "jsonl" or t.n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all rows "
+                                                            "only for jsonl files)"),
+        (t.n_train >= 0, "task.n_train", "must be >= 0"),
+        (t.n_eval >= 0, "task.n_eval", "must be >= 0"),
+        (t.reward_timeout_s > 0, "task.reward_timeout_s", "must be > 0"),
+    ]
+    for ok, key, why in rules:
+        if not ok:
+            from omegaconf import OmegaConf
+
+            raise ValueError(f"{key} {why}; got {OmegaConf.select(cfg, key)!r}")
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="rlx_schema", node=RLXConfig)

@@ -30,7 +30,7 @@ from rlx import algo as A
 from rlx import device as D
 from rlx.algo import NonFiniteError  # noqa: F401  (re-exported: the loop's refusal of a bad update)
 from rlx.checkpoint import Checkpointer
-from rlx.config import register_configs
+from rlx.config import check_values, register_configs
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import RunLogger, read_metrics
 from rlx.models import base_dir, build_policy, count_params
@@ -79,7 +79,10 @@ class Parts:
 
 def check(cfg) -> D.Trainer:
     """Every value the loop needs, checked before any model is built (naming the key)."""
+    check_values(cfg)
     A.check_config(cfg.algo)
+    build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
+    build_extrapolator(cfg.extrapolation, cfg.train.steps)
     for key in ("eval_every", "ckpt_every"):
         if cfg.train[key] < 1:
             raise ValueError(f"train.{key} must be >= 1, got {cfg.train[key]}")
