@@ -41,4 +41,6 @@ def quantize(weight: Tensor, fmt: str, **kw) -> QuantizedTensor:
 
     kw: nvfp4 `global_scale` (fp32 [1]), nf4 `double_quant` (bool).
     """
+    if not isinstance(weight, Tensor):
+        raise ValueError(f"{fmt}: expected a torch.Tensor, got {type(weight).__name__}")
     return get_format(fmt).quantize(weight.detach(), **kw)

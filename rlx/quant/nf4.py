@@ -146,6 +146,9 @@ def quantize_nf4(weight: Tensor, double_quant: bool = False) -> QuantizedTensor:
     scale, extra = absmax, {}
     if double_quant:
         scale, scale_absmax, offset = _quantize_scales(absmax)
+        if not (bool(torch.isfinite(scale_absmax).all()) and bool(torch.isfinite(offset))):
+            raise ValueError(f"nf4: double quantization overflows fp32 for this weight (|w| up to "
+                             f"{float(absmax.max()):.3g}); quantize it with double_quant=False")
         extra = {"scale_absmax": scale_absmax, "scale_offset": offset}
     return QuantizedTensor(
         fmt="nf4", packed=packed.view(n, k // 2), scale=scale, shape=weight.shape, dtype=weight.dtype, **extra

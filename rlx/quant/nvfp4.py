@@ -54,6 +54,8 @@ def quantize_nvfp4(weight: Tensor, global_scale: Tensor | None = None) -> Quanti
         global_scale = nvfp4_global_scale(block_amax.amax())
     elif global_scale.numel() != 1 or global_scale.dtype != torch.float32:
         raise ValueError(f"nvfp4: global_scale must be an fp32 tensor with one element, got {global_scale!r}")
+    elif not (bool(torch.isfinite(global_scale).all()) and float(global_scale.reshape(())) > 0):
+        raise ValueError(f"nvfp4: global_scale must be finite and > 0, got {float(global_scale.reshape(()))}")
     global_scale = global_scale.reshape(1).to(weight.device)
     scale = _block_scales(block_amax, global_scale)  # fp32 [N, K/16]
     effective = scale / global_scale  # fp32 [N, K/16], what each code is multiplied by

@@ -65,6 +65,8 @@ def check_weight(weight: Tensor, fmt: str, multiple: int, reason: str | None = N
     if weight.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"{fmt}: weight dtype must be bf16, fp16 or fp32, got {weight.dtype}")
     n, k = weight.shape
+    if n == 0 or k == 0:
+        raise ValueError(f"{fmt}: cannot quantize an empty weight of shape {tuple(weight.shape)}")
     if k % multiple != 0:
         reason = reason or f"the {fmt} block size {multiple} (blocks run along in_features; rlx does not pad)"
         raise ValueError(

@@ -47,3 +47,24 @@ def test_free_form_keys_are_still_allowed():
     cfg = compose(["experiment=scalerl_8b", "model.path=/m", "task.train_path=/a", "task.eval_path=/b"])
     assert unknown_keys(cfg) == []  # `paper:` notes are free-form
     assert unknown_keys(compose(["+task.rewards.format=0.5"])) == []  # reward weights are a free dict
+
+
+def test_quantizers_refuse_bad_inputs_with_a_clear_error():
+    import torch
+
+    from rlx.quant.formats import quantize
+
+    w = torch.randn(4, 32)
+    for fmt in ("nvfp4", "nf4", "mxfp4"):
+        with pytest.raises(ValueError, match="empty"):
+            quantize(torch.zeros(0, 32), fmt)
+        with pytest.raises(ValueError, match="empty"):
+            quantize(torch.zeros(4, 0), fmt)
+        with pytest.raises(ValueError, match="torch.Tensor"):
+            quantize([[1.0] * 32], fmt)
+    for bad in (0.0, float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match="global_scale must be finite and > 0"):
+            quantize(w, "nvfp4", global_scale=torch.tensor([bad]))
+    with pytest.raises(ValueError, match="double quantization overflows"):
+        quantize(torch.full((4, 64), 3e38), "nf4", double_quant=True)
+    assert torch.isfinite(quantize(torch.full((4, 64), 3e38), "nf4").dequantize()).all()
