@@ -202,3 +202,10 @@ def test_deep_nesting_is_refused_not_verified(tmp_path):
     t = _math_task(tmp_path, r"\frac{1}{2}")
     per = t.score(t.eval, ["\\frac{" * 150 + "1" + "}{2}" * 150])
     assert per["math_verify"] == [0.0] and t.reward_stats()["train/reward_refused"] == 1
+
+
+def test_malformed_jsonl_line_is_named(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps({"question": "a", "answer": "#### 1"}) + "\n" + '{"question": "b", "answer": \n')
+    with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not valid JSON"):
+        build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), rewards={"math_verify": 1.0}))
