@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +46,15 @@ register_configs()
 TIMING_PREFIXES = ("timing_s/", "perf/tokens_per_s", "perf/compute/gpu_hours", "extrap/time_s/")
 
 
+_logger = logging.getLogger("rlx")
+
+
 def _log(msg: str) -> None:
-    print(msg, flush=True)
+    """Under Hydra: its job logging (the console and <run_dir>/train.log); called directly: stdout."""
+    if HydraConfig.initialized():
+        _logger.info(msg)
+    else:
+        print(msg, flush=True)
 
 
 @dataclass
@@ -83,7 +91,7 @@ def check(cfg) -> D.Trainer:
     A.check_config(cfg.algo)
     build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
     build_extrapolator(cfg.extrapolation, cfg.train.steps)
-    for key in ("eval_every", "ckpt_every"):
+    for key in ("eval_every", "ckpt_every", "log_every"):
         if cfg.train[key] < 1:
             raise ValueError(f"train.{key} must be >= 1, got {cfg.train[key]}")
     if cfg.train.steps < 0:
@@ -293,6 +301,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             if p.extrap is not None:
                 p.extrap.observe(p.policy, 0, p.opt)
         summary["val/acc_base"] = next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan"))
+        last_acc = summary["val/acc_base"]
         if cfg.train.progress:
             from tqdm import tqdm
 
@@ -311,8 +320,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             logger.log(m, step=step)
             if progress is not None:
                 progress.update(1)
-                progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}",
-                                     acc=f"{m['val/acc']:.3f}" if "val/acc" in m else None)
+                if "val/acc" in m:
+                    last_acc = m["val/acc"]
+                progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}", acc=f"{last_acc:.3f}")
+            elif step % cfg.train.log_every == 0 or "val/acc" in m:  # no bar (sweeps, logs): a line every log_every steps
+                _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f}"
+                     + (f" val/acc {m['val/acc']:.3f}" if "val/acc" in m else "")
+                     + f" ({m['timing_s/step']:.2f}s/step)")
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 save(p, step, logger.run_id)
         summary.update(finish_summary(p, run_dir))

@@ -76,7 +76,7 @@ def count_params(model) -> int:
 def base_dir(cfg) -> Path:
     """The directory holding the base model's HF checkpoint (what a vLLM engine loads)."""
     if cfg.model.source == "tiny":
-        return Path(cfg.model.cache_dir).expanduser() / f"tiny-{cache_key(cfg.model, cfg.task)}"
+        return Path(cfg.model.cache_dir).expanduser().resolve() / f"tiny-{cache_key(cfg.model, cfg.task)}"
     return Path(cfg.model.path).expanduser()
 
 

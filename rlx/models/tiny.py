@@ -100,7 +100,7 @@ def load_or_build_tiny(model_cfg, task_cfg, task, log=print):
     """The SFT-warm-started tiny base for (model config, task config), built once and cached."""
     tok = build_char_tokenizer()
     key = cache_key(model_cfg, task_cfg)
-    cache = Path(model_cfg.cache_dir).expanduser() / f"tiny-{key}"
+    cache = Path(model_cfg.cache_dir).expanduser().resolve() / f"tiny-{key}"  # absolute: adapters record it as their base
     if not (cache / "config.json").is_file():
         _build_and_publish(model_cfg, task, tok, cache, key, log)
     log(f"[model] tiny base from cache {cache}")
