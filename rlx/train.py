@@ -272,7 +272,13 @@ def rl_step(p: Parts, step: int) -> dict:
     m.update(um)
     m["timing_s/train"] = time.time() - t_train
     if p.extrap is not None:  # NExt: rank-1 records, maybe a predict-extend jump of the adapter
+        jumping = step in getattr(p.extrap, "extend_at", ())
+        if jumping:  # can take minutes (the predictor trains): say so
+            _log(f"[extrap] step {step}: predict-extend jump ({p.cfg.extrapolation.type}) ...")
+        t_obs = time.time()
         m.update(p.extrap.observe(p.policy, step, p.opt))
+        if jumping:
+            _log(f"[extrap] step {step}: jump done in {time.time() - t_obs:.1f}s")
     t_sync = time.time()
     p.schedule.push(p.policy, step)  # after the update and any jump: version `step` goes to the generator
     m["timing_s/sync"] = time.time() - t_sync
