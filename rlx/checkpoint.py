@@ -1,18 +1,234 @@
-"""Atomic checkpoints: `ckpt/step_N/` appears only once complete (written to a temp dir, then renamed)."""
+"""Atomic, verified checkpoints: `ckpt/step_N/` appears only once complete, and is loaded only if intact.
+
+A checkpoint is `ckpt/step_N/` holding the PEFT adapter (`adapter/`), `trainer_state.pt` (optimizer,
+scheduler, RNGs, data position, step, run id, ...) and `manifest.json` (size and sha256 of every other
+file in the step dir).
+
+Saving (`Checkpointer.save`):
+  * refuses trainable parameters that are not finite (`NonFiniteError` naming the parameter and the
+    step) before anything is written, so the previous checkpoint stays the newest;
+  * removes `.tmp-step_*` folders left by a save that was killed half-way (they are never checkpoints:
+    only `step_N` names are);
+  * writes everything into a temp dir, the manifest last, fsyncs, then renames it to `step_N`.
+
+Loading (`Checkpointer.load`) verifies the manifest before it reads anything (a missing file, a size or
+sha256 mismatch raises `CorruptCheckpointError` naming the file), then reads `trainer_state.pt` with
+`torch.load(weights_only=True)`: the trainer state holds only tensors and plain containers. numpy
+arrays (numpy's RNG state, any task state) are stored as tensors (`encode_state` / `decode_state`);
+anything else is refused at save time, naming where in the state it sits, so a checkpoint that could not
+be loaded safely is never written. A pickle that would run code is refused at load time.
+
+`Checkpointer.load_latest` (used by `rlx.train.resume`) tries the checkpoints newest first, logs each
+bad one (which file, why) and resumes from the newest intact one; if every checkpoint is bad it raises
+`CheckpointError` listing them all -- it never starts from scratch over existing checkpoints.
+
+Checkpoints without `manifest.json` (written by rlx before checksums) are REFUSED, not loaded with a
+warning: nothing in them can be verified and their `trainer_state.pt` needs an unsafe unpickler. If you
+trust such a checkpoint, convert it once with
+
+    python -m rlx.checkpoint adopt RUN_DIR/ckpt/step_N
+
+which loads it with the full unpickler, re-saves the trainer state in the safe format and writes the
+manifest.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import pickle
 import re
 import shutil
+import sys
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rlx.device import rng_state, set_rng_state  # noqa: F401  (RNG of every device, re-exported)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
+TMP_PREFIX = ".tmp-step_"
+MANIFEST = "manifest.json"
+STATE = "trainer_state.pt"
+ADAPTER = "adapter/adapter_model.safetensors"
+FORMAT_VERSION = 1
+_NDARRAY = "__rlx_ndarray__"  # encode_state's tag for a numpy array stored as a tensor
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint could be resumed from (each one tried is named with its problem)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """One checkpoint that cannot be trusted: `file` (relative to the step dir) and `reason`."""
+
+    def __init__(self, path: Path, file: str, reason: str):
+        self.path, self.file, self.reason = Path(path), file, reason
+        super().__init__(f"checkpoint {path}: {file} {reason}")
+
+
+# ---- trainer state <-> what torch.load(weights_only=True) reads -------------------------------------
+_SCALARS = (str, int, float, bool, type(None), torch.Size, torch.dtype, torch.device)  # exact types
+_CONTAINERS = (list, tuple, set, frozenset)
+
+
+def encode_state(obj, where: str = "state"):
+    """A copy of `obj` that `torch.load(weights_only=True)` reads back: numpy arrays become tagged tensors,
+    numpy scalars Python numbers; any other object raises TypeError naming where it sits."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            raise TypeError(f"trainer state: {where} is a numpy array of Python objects; store numbers")
+        return {_NDARRAY: torch.from_numpy(np.array(obj, copy=True))}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if type(obj) in _SCALARS or isinstance(obj, torch.Tensor):
+        return obj
+    if type(obj) in (dict, OrderedDict):
+        if _NDARRAY in obj:
+            raise TypeError(f"trainer state: {where} uses the reserved key {_NDARRAY!r}")
+        return type(obj)((encode_state(k, f"{where} key"), encode_state(v, f"{where}[{k!r}]")) for k, v in obj.items())
+    if type(obj) in _CONTAINERS:
+        return type(obj)(encode_state(v, f"{where}[{i}]") for i, v in enumerate(obj))
+    raise TypeError(f"trainer state: {where} is a {type(obj).__module__}.{type(obj).__qualname__}, which "
+                    f"torch.load(weights_only=True) cannot read; store tensors, numbers, strings and "
+                    f"dicts/lists/tuples of them")
+
+
+def decode_state(obj):
+    """Inverse of `encode_state`."""
+    if isinstance(obj, dict):
+        if len(obj) == 1 and _NDARRAY in obj:
+            return obj[_NDARRAY].numpy().copy()
+        return type(obj)((k, decode_state(v)) for k, v in obj.items())
+    if type(obj) in _CONTAINERS:
+        return type(obj)(decode_state(v) for v in obj)
+    return obj
+
+
+# ---- files ------------------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _files(step_dir: Path) -> list[str]:
+    return sorted(rel for q in step_dir.rglob("*") if q.is_file() and (rel := q.relative_to(step_dir).as_posix()) != MANIFEST)
+
+
+def write_manifest(step_dir: Path, step: int) -> None:
+    """Size and sha256 of every file in `step_dir` (fsynced), in `step_dir/manifest.json`."""
+    step_dir = Path(step_dir)
+    files = {}
+    for rel in _files(step_dir):
+        _fsync(step_dir / rel)
+        files[rel] = {"size": (step_dir / rel).stat().st_size, "sha256": _sha256(step_dir / rel)}
+    with open(step_dir / MANIFEST, "w") as f:
+        json.dump({"format": "rlx-checkpoint", "version": FORMAT_VERSION, "step": step, "files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    for d in [step_dir, *(q for q in step_dir.rglob("*") if q.is_dir())]:
+        _fsync(d)
+
+
+def verify(path: Path) -> dict:
+    """Check `path` against its manifest; raises CorruptCheckpointError naming the first bad file."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CorruptCheckpointError(path, "(the step dir)", "is missing")
+    mf = path / MANIFEST
+    if not mf.is_file():
+        raise CorruptCheckpointError(
+            path, MANIFEST, "is missing: refusing a checkpoint whose files cannot be verified (written by an rlx "
+            f"before checksums, or by an interrupted copy). If you trust it, run `python -m rlx.checkpoint adopt {path}`")
+    try:
+        manifest = json.loads(mf.read_text())
+        files = manifest["files"]
+        if manifest.get("format") != "rlx-checkpoint" or not isinstance(files, dict):
+            raise ValueError("not an rlx checkpoint manifest")
+        for rel, want in files.items():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ValueError(f"file {rel!r} is outside the checkpoint")
+            if not (isinstance(want, dict) and isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)):
+                raise ValueError(f"entry of {rel!r} has no size and sha256")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CorruptCheckpointError(path, MANIFEST, f"is corrupt: {e}") from None
+    for need in (STATE, ADAPTER):
+        if need not in files:
+            raise CorruptCheckpointError(path, MANIFEST, f"is corrupt: it does not list {need}")
+    for rel, want in files.items():
+        f = path / rel
+        if not f.is_file():
+            raise CorruptCheckpointError(path, rel, "is missing (listed in manifest.json)")
+        size = f.stat().st_size
+        if size != want["size"]:
+            raise CorruptCheckpointError(path, rel, f"is corrupt: {size} bytes, manifest.json says {want['size']} "
+                                                    f"(truncated or overwritten)")
+        got = _sha256(f)
+        if got != want["sha256"]:
+            raise CorruptCheckpointError(path, rel, f"is corrupt: sha256 {got[:12]}... does not match manifest.json "
+                                                    f"({want['sha256'][:12]}...)")
+    return manifest
+
+
+def _refusal(e: Exception) -> str:
+    """The informative line of torch's weights_only refusal (which global it would not load)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    hit = next((ln for ln in lines if "GLOBAL" in ln or "Unsupported" in ln), lines[-1] if lines else type(e).__name__)
+    return hit[:300]
+
+
+def read_state(path: Path) -> dict:
+    """`trainer_state.pt` of a (verified) step dir, through the safe unpickler only."""
+    f = Path(path) / STATE
+    try:
+        raw = torch.load(f, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CorruptCheckpointError(path, STATE, "is unsafe or corrupt: torch.load(weights_only=True) refused it "
+                                                  f"({_refusal(e)}); it was not loaded") from None
+    except Exception as e:  # truncated zip, bad magic number, ...
+        raise CorruptCheckpointError(path, STATE, f"is corrupt: unreadable ({type(e).__name__}: {e})") from None
+    if not isinstance(raw, dict):
+        raise CorruptCheckpointError(path, STATE, f"is corrupt: holds a {type(raw).__name__}, not a dict")
+    return decode_state(raw)
+
+
+def read_adapter(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    f = Path(path) / ADAPTER
+    if not f.is_file():
+        raise CorruptCheckpointError(path, ADAPTER, "is missing")
+    try:
+        return load_file(str(f))
+    except Exception as e:  # SafetensorError: bad header, truncated data, ...
+        raise CorruptCheckpointError(path, ADAPTER, f"is corrupt: unreadable safetensors ({type(e).__name__}: {e})") from None
+
+
+def non_finite_params(model) -> list[tuple[str, int]]:
+    """(name, count) of every trainable parameter holding nan or inf."""
+    out = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                n = int((~torch.isfinite(p)).sum())
+                if n:
+                    out.append((name, n))
+    return out
 
 
 class Checkpointer:
@@ -29,17 +245,43 @@ class Checkpointer:
         s = self.steps()
         return self.root / f"step_{s[-1]}" if s else None
 
-    def save(self, step: int, model, state: dict) -> Path:
-        """PEFT adapter + `trainer_state.pt` (optimizer, scheduler, RNGs, data position, step, run id, ...)."""
+    def remove_stale_tmp(self, log=None) -> list[Path]:
+        """Remove `.tmp-step_*` folders a killed save left behind (never checkpoints)."""
+        stale = [q for q in self.root.iterdir() if q.name.startswith(TMP_PREFIX)] if self.root.is_dir() else []
+        for q in stale:  # one writer per run dir: any temp dir here is an interrupted save, not a live one
+            if q.is_dir():
+                shutil.rmtree(q, ignore_errors=True)
+            else:
+                q.unlink(missing_ok=True)
+        if stale and log is not None:
+            log(f"[ckpt] removed {len(stale)} unfinished save(s) left by an interrupted run: "
+                f"{', '.join(q.name for q in stale)}")
+        return stale
+
+    def save(self, step: int, model, state: dict, log=None) -> Path:
+        """PEFT adapter + `trainer_state.pt` + `manifest.json`, atomically; never non-finite weights."""
+        bad = non_finite_params(model)
+        if bad:
+            from rlx.algo.policy_update import NonFiniteError
+
+            name, n = bad[0]
+            more = f" (and {len(bad) - 1} more: {', '.join(b[0] for b in bad[1:4])})" if len(bad) > 1 else ""
+            raise NonFiniteError(f"step {step}: trainable parameter {name} has {n} non-finite value(s) (nan/inf){more}; "
+                                 f"refusing to checkpoint it, the previous checkpoint ({self.latest() or 'none'}) is "
+                                 f"left intact")
+        encoded = encode_state(state)  # refuses what weights_only could not read, before anything is written
         self.root.mkdir(parents=True, exist_ok=True)
+        self.remove_stale_tmp(log)
         final = self.root / f"step_{step}"
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step_{step}-", dir=self.root))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{step}-", dir=self.root))
         try:
             model.save_pretrained(tmp / "adapter")
-            torch.save(state, tmp / "trainer_state.pt")
+            torch.save(encoded, tmp / STATE)
+            write_manifest(tmp, step)
             if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
                 shutil.rmtree(final)
             os.rename(tmp, final)
+            _fsync(self.root)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -49,15 +291,64 @@ class Checkpointer:
 
     @staticmethod
     def load(path: Path, model) -> dict:
-        """Load adapter weights into `model` in place and return the trainer state."""
+        """Verify `path`, read its trainer state (safely) and adapter, then load the adapter into `model` in
+        place and return the trainer state. Raises CorruptCheckpointError (model untouched) if anything is off."""
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
-        adapter = Path(path) / "adapter"
-        files = list(adapter.glob("adapter_model.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"checkpoint {path} has no adapter_model.safetensors")
-        res = set_peft_model_state_dict(model, load_file(str(files[0])))
+        path = Path(path)
+        verify(path)
+        state = read_state(path)
+        weights = read_adapter(path)
+        res = set_peft_model_state_dict(model, weights)
         if getattr(res, "unexpected_keys", None):
             raise RuntimeError(f"checkpoint {path}: unexpected adapter keys {res.unexpected_keys[:5]}")
-        return torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+        return state
+
+    def load_latest(self, model, log=print) -> tuple[Path, dict] | None:
+        """The newest intact checkpoint, loaded (see `load`): bad ones are logged and skipped. None if there
+        is no checkpoint; CheckpointError naming every checkpoint tried if none is intact."""
+        problems = []
+        for step in reversed(self.steps()):
+            path = self.root / f"step_{step}"
+            try:
+                state = self.load(path, model)
+            except CorruptCheckpointError as e:
+                problems.append(e)
+                log(f"[resume] skipping {e}")
+                continue
+            if problems:
+                log(f"[resume] {path} is intact; resuming from it (step {step}) instead of "
+                    f"{', '.join(e.path.name for e in problems)}")
+            return path, state
+        if problems:
+            tried = "; ".join(f"{e.path.name}: {e.file} {e.reason}" for e in problems)
+            raise CheckpointError(f"no intact checkpoint in {self.root} (tried {len(problems)}: {tried}). Refusing to "
+                                  f"start from scratch over existing checkpoints: move {self.root} aside to start over")
+        return None
+
+
+def adopt(path: Path) -> None:
+    """Convert a trusted checkpoint written before manifests: full unpickler (trust!), safe re-save, manifest."""
+    path = Path(path)
+    m = STEP_DIR.match(path.name)
+    if not m or not path.is_dir():
+        raise ValueError(f"{path} is not a checkpoint dir (ckpt/step_N)")
+    if (path / MANIFEST).exists():
+        verify(path)
+        print(f"{path} already has a manifest and is intact; nothing to do")
+        return
+    read_adapter(path)  # at least the adapter must parse
+    state = torch.load(path / STATE, weights_only=False)  # the user vouched for this file
+    tmp = path / f"{STATE}.tmp"
+    torch.save(encode_state(state), tmp)
+    os.replace(tmp, path / STATE)
+    write_manifest(path, int(m.group(1)))
+    read_state(path)
+    print(f"adopted {path}: trainer state re-saved for torch.load(weights_only=True), manifest written")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] != "adopt":
+        sys.exit("usage: python -m rlx.checkpoint adopt RUN_DIR/ckpt/step_N [...]")
+    for a in sys.argv[2:]:
+        adopt(Path(a))

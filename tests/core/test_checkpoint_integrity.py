@@ -1,0 +1,160 @@
+"""Checkpoint and run-directory integrity: checksums, safe loading, fallback to an intact checkpoint,
+no non-finite weights on disk, stale temp dirs, a half-written metrics.jsonl, an atomic summary.json."""
+
+import json
+import os
+import random
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from rlx import device as D
+from rlx.checkpoint import CheckpointError, Checkpointer, CorruptCheckpointError, adopt, verify, write_manifest
+from tests.conftest import compose, read_metrics, run_tiny, strip_timing, TINY
+
+EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
+ADAPTER = "adapter/adapter_model.safetensors"
+STATE = "trainer_state.pt"
+
+
+# ---- unit level: a tiny PEFT model and a trainer state shaped like the loop's -----------------------
+@pytest.fixture
+def policy():
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1)
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    return get_peft_model(Qwen2ForCausalLM(cfg), lora)
+
+
+def _state(policy, step: int) -> dict:
+    opt = torch.optim.AdamW([q for q in policy.parameters() if q.requires_grad], lr=1e-3)
+    for q in opt.param_groups[0]["params"]:
+        q.grad = torch.ones_like(q)
+    opt.step()
+    random.seed(step)
+    np.random.seed(step)
+    np.random.normal()  # a cached gaussian in numpy's state
+    return {"step": step, "optimizer": opt.state_dict(), "rng": D.rng_state(), "task": {"epoch": 1, "pos": 3},
+            "rollout_rng": torch.Generator().manual_seed(5).get_state(), "compute": {"flops": 1.5},
+            "schedule": {"snapshots": {1: {"w": torch.ones(2)}}}, "extrapolator": {(4, 8): np.arange(3)}}
+
+
+def _trainable(policy) -> dict:
+    return {n: q.detach().clone() for n, q in policy.named_parameters() if q.requires_grad}
+
+
+def _flip_bit(path, at: float = 0.5) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_manifest_checksums_every_file_and_state_loads_with_weights_only(tmp_path, policy):
+    ck = Checkpointer(tmp_path / "ckpt")
+    st = _state(policy, 3)
+    path = ck.save(3, policy, st)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["step"] == 3 and {ADAPTER, STATE, "adapter/adapter_config.json"} <= set(manifest["files"])
+    for rel, want in manifest["files"].items():
+        assert (path / rel).stat().st_size == want["size"] and len(want["sha256"]) == 64
+    torch.load(path / STATE, weights_only=True)  # plain tensors and containers only
+    before = _trainable(policy)
+    with torch.no_grad():
+        for q in policy.parameters():
+            q.add_(1.0) if q.requires_grad else None
+    back = Checkpointer.load(path, policy)
+    assert all(torch.equal(before[n], q) for n, q in _trainable(policy).items())
+    # the RNG states round-trip exactly (numpy's as a uint32 array again, Python's as a tuple)
+    assert back["rng"]["python"] == st["rng"]["python"] and isinstance(back["rng"]["python"], tuple)
+    npy, npy0 = back["rng"]["numpy"], st["rng"]["numpy"]
+    assert npy[0] == npy0[0] and npy[1].dtype == np.uint32 and np.array_equal(npy[1], npy0[1]) and npy[2:] == npy0[2:]
+    np.random.set_state(npy)
+    assert torch.equal(back["rng"]["torch"], st["rng"]["torch"]) and torch.equal(back["rollout_rng"], st["rollout_rng"])
+    assert np.array_equal(back["extrapolator"][(4, 8)], np.arange(3)) and back["schedule"]["snapshots"][1]["w"].sum() == 2
+    assert back["optimizer"]["state"].keys() == st["optimizer"]["state"].keys()
+
+
+@pytest.mark.parametrize("rel", [ADAPTER, STATE])
+def test_bit_flip_is_named_as_corrupt_and_leaves_the_model_untouched(tmp_path, policy, rel):
+    path = Checkpointer(tmp_path / "ckpt").save(2, policy, _state(policy, 2))
+    _flip_bit(path / rel)
+    with torch.no_grad():
+        for q in policy.parameters():
+            q.mul_(2.0) if q.requires_grad else None
+    before = _trainable(policy)
+    with pytest.raises(CorruptCheckpointError, match=re.escape(f"{rel} is corrupt: sha256")):
+        Checkpointer.load(path, policy)
+    assert all(torch.equal(before[n], q) for n, q in _trainable(policy).items())
+
+
+def test_checkpoint_without_manifest_is_refused_until_adopted(tmp_path, policy):
+    """An older rlx wrote no manifest and pickled numpy's RNG state: refused, `adopt` converts it."""
+    st = _state(policy, 2)
+    path = Checkpointer(tmp_path / "ckpt").save(2, policy, st)
+    (path / "manifest.json").unlink()
+    torch.save(st, path / STATE)  # the legacy format: a numpy array pickled as such
+    with pytest.raises(CorruptCheckpointError, match=r"manifest\.json is missing: refusing .*rlx\.checkpoint adopt"):
+        Checkpointer.load(path, policy)
+    adopt(path)
+    verify(path)
+    back = Checkpointer.load(path, policy)
+    assert np.array_equal(back["rng"]["numpy"][1], st["rng"]["numpy"][1])
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_pickle_that_runs_code_is_refused_and_never_runs(tmp_path, policy):
+    marker = tmp_path / "pwned_marker"
+    path = Checkpointer(tmp_path / "ckpt").save(2, policy, _state(policy, 2))
+    torch.save({"step": 2, "task": _Evil(marker)}, path / STATE)
+    write_manifest(path, 2)  # the checksums agree: only the unpickler stands between the file and the shell
+    with pytest.raises(CorruptCheckpointError, match=r"trainer_state\.pt is unsafe or corrupt: torch\.load\(weights_only=True\) refused it .*system"):
+        Checkpointer.load(path, policy)
+    assert not marker.exists()
+
+
+def test_state_that_weights_only_cannot_read_is_refused_at_save(tmp_path, policy):
+    ck = Checkpointer(tmp_path / "ckpt")
+    with pytest.raises(TypeError, match=r"state\['task'\]\['rng'\] is a builtins.object"):
+        ck.save(2, policy, {"step": 2, "task": {"rng": object()}})
+    assert not (tmp_path / "ckpt").exists()  # refused before anything was written
+
+
+def test_non_finite_weight_is_never_checkpointed(tmp_path, policy):
+    ck = Checkpointer(tmp_path / "ckpt")
+    ck.save(1, policy, {"step": 1})
+    name, q = [(n, q) for n, q in policy.named_parameters() if q.requires_grad][-1]
+    with torch.no_grad():
+        q.view(-1)[1] = float("inf")
+    from rlx.algo import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match=rf"step 2: trainable parameter {re.escape(name)} has 1 non-finite"):
+        ck.save(2, policy, {"step": 2})
+    assert ck.steps() == [1] and sorted(p.name for p in ck.root.iterdir()) == ["step_1"]
+    verify(ck.root / "step_1")
+
+
+def test_stale_temp_dirs_are_never_checkpoints_and_are_removed_on_save(tmp_path, policy):
+    ck = Checkpointer(tmp_path / "ckpt")
+    ck.save(2, policy, {"step": 2})
+    shutil.copytree(ck.root / "step_2", ck.root / ".tmp-step_4-abc123")  # kill -9 right before the rename
+    (ck.root / ".tmp-step_6-def456").mkdir()  # ... and right after mkdtemp
+    assert ck.steps() == [2] and ck.latest() == ck.root / "step_2"
+    assert ck.load_latest(policy, log=lambda m: None)[0] == ck.root / "step_2"
+    logs = []
+    ck.save(3, policy, {"step": 3}, log=logs.append)
+    assert sorted(p.name for p in ck.root.iterdir()) == ["step_2", "step_3"]
+    assert "removed 2 unfinished save(s)" in logs[0]
