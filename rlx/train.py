@@ -146,10 +146,11 @@ def _warmup(s: int, warm: int) -> float:
 
 
 def resume(p: Parts) -> None:
-    latest = p.ckpt.latest() if p.cfg.train.resume == "auto" else None
-    if latest is None:
+    # the newest intact checkpoint (a corrupt one is logged and skipped; all corrupt: CheckpointError)
+    found = p.ckpt.load_latest(p.policy, _log) if p.cfg.train.resume == "auto" else None
+    if found is None:
         return
-    st = Checkpointer.load(latest, p.policy)
+    latest, st = found
     p.opt.load_state_dict(st["optimizer"])
     p.sched.load_state_dict(st["scheduler"])
     D.set_rng_state(st["rng"])
@@ -181,7 +182,7 @@ def save(p: Parts, step: int, run_id: str | None) -> None:
             "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
             "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
             "schedule": p.schedule.state_dict(),
-        })
+        }, log=_log)
 
 
 def evaluate(p: Parts, step: int) -> dict:

@@ -158,3 +158,87 @@ def test_stale_temp_dirs_are_never_checkpoints_and_are_removed_on_save(tmp_path,
     ck.save(3, policy, {"step": 3}, log=logs.append)
     assert sorted(p.name for p in ck.root.iterdir()) == ["step_2", "step_3"]
     assert "removed 2 unfinished save(s)" in logs[0]
+
+
+# ---- the real loop ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished 4-step run: ckpt/step_2 and ckpt/step_4."""
+    d = tmp_path_factory.mktemp("ref") / "run"
+    run_tiny(d, EASY)
+    assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["step_2", "step_4"]
+    return d
+
+
+def _bad_header(step_dir):
+    f = step_dir / ADAPTER
+    data = bytearray(f.read_bytes())
+    data[:8] = (10**12).to_bytes(8, "little")  # a header length past the end of the file
+    f.write_bytes(bytes(data))
+    write_manifest(step_dir, 4)  # written bad: the checksums agree, the file still does not parse
+
+
+CORRUPTIONS = {
+    "bit_flip": (lambda d: _flip_bit(d / ADAPTER), f"{ADAPTER} is corrupt: sha256"),
+    "truncated": (lambda d: os.truncate(d / STATE, 100), f"{STATE} is corrupt: 100 bytes, manifest.json says"),
+    "bad_header": (_bad_header, f"{ADAPTER} is corrupt: unreadable safetensors"),
+    "missing": (lambda d: (d / STATE).unlink(), f"{STATE} is missing"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CORRUPTIONS))
+def test_corrupt_newest_checkpoint_resumes_from_older_one(tmp_path, finished_run, capsys, kind):
+    corrupt, why = CORRUPTIONS[kind]
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    corrupt(run / "ckpt/step_4")
+    if kind == "bit_flip":  # and a save killed mid-way: never picked, removed by the next save
+        shutil.copytree(finished_run / "ckpt/step_4", run / "ckpt/.tmp-step_6-x1")
+    capsys.readouterr()
+    run_tiny(run, EASY)  # same command: step_4 is bad, so it resumes from step_2 and redoes steps 3-4
+    out = capsys.readouterr().out
+    assert f"[resume] skipping checkpoint {run / 'ckpt/step_4'}: {why}" in out
+    assert f"[resume] from {run / 'ckpt/step_2'} (step 2)" in out
+    assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(finished_run))
+    assert sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_2", "step_4"]
+    verify(run / "ckpt/step_4")  # re-saved whole
+    if kind == "bit_flip":
+        assert "[ckpt] removed 1 unfinished save(s) left by an interrupted run: .tmp-step_6-x1" in out
+
+
+def test_all_checkpoints_corrupt_is_an_error_naming_each(tmp_path, finished_run):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    os.truncate(run / "ckpt/step_4" / STATE, 100)
+    _flip_bit(run / "ckpt/step_2" / ADAPTER)
+    metrics = (run / "metrics.jsonl").read_text()
+    with pytest.raises(CheckpointError, match=rf"no intact checkpoint in .*tried 2: step_4: {STATE} is corrupt: 100 "
+                                              rf"bytes.*; step_2: {re.escape(ADAPTER)} is corrupt: sha256.*Refusing to start from scratch"):
+        run_tiny(run, EASY)
+    assert (run / "metrics.jsonl").read_text() == metrics  # nothing started over
+
+
+def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_path, monkeypatch):
+    """An update that leaves inf in one LoRA weight (as an lr blow-up does) is never written to disk."""
+    import rlx.algo
+
+    real, seen = rlx.algo.update, {}
+
+    def blow_up(policy, *a, step, **k):
+        out = real(policy, *a, step=step, **k)
+        if step == 3:
+            name, q = [(n, q) for n, q in policy.named_parameters() if q.requires_grad][5]
+            with torch.no_grad():
+                q.view(-1)[0] = float("inf")
+            seen["name"] = name
+        return out
+
+    monkeypatch.setattr(rlx.algo, "update", blow_up)
+    from rlx.algo import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match=r"step 3: trainable parameter (\S+) has 1 non-finite") as e:
+        run_tiny(tmp_path, EASY + ["train.ckpt_every=1"])
+    assert seen["name"] in str(e.value) and "lora" in seen["name"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_1", "step_2"]
+    verify(tmp_path / "ckpt/step_2")
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
