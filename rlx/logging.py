@@ -40,6 +40,8 @@ class RunLogger:
         self.path = self.run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
             self._truncate_after(resume_step)
+        elif self.path.exists():  # a fresh start in a used dir: append, but never after a half-written line
+            self._repair_tail()
         self.sha = git_sha(code_dir)
         self.wandb = None
         self.run_id = run_id
@@ -57,10 +59,27 @@ class RunLogger:
             self.run_id = self.wandb.id
 
     def _truncate_after(self, step: int) -> None:
-        """On resume, drop lines logged after the checkpoint (they will be logged again), atomically."""
-        kept = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        """On resume, drop lines logged after the checkpoint (they will be logged again), atomically.
+        A half-written last line is dropped (and said so); an invalid line before it raises MetricsFileError."""
+        rows, dropped = parse_metrics(self.path)
+        if dropped:
+            print(f"[resume] {dropped}", flush=True)
+        self._rewrite([ln for ln, row in rows if row["step"] <= step])
+
+    def _repair_tail(self) -> None:
+        text = self.path.read_text(errors="replace")
+        rows, dropped = parse_metrics(self.path, text)
+        if dropped:
+            print(f"[logger] {dropped}", flush=True)
+        if dropped or (text and not text.endswith("\n")):
+            self._rewrite([ln for ln, _ in rows])
+
+    def _rewrite(self, lines: list[str]) -> None:
         tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(ln + "\n" for ln in kept))
+        with tmp.open("w") as f:
+            f.write("".join(ln + "\n" for ln in lines))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
     def log(self, metrics: dict, step: int) -> None:
@@ -82,6 +101,40 @@ class RunLogger:
             self.wandb = None
 
 
+class MetricsFileError(ValueError):
+    """metrics.jsonl has an invalid line before its last one (data would be lost: never dropped silently)."""
+
+
+def parse_metrics(path: Path, text: str | None = None) -> tuple[list[tuple[str, dict]], str | None]:
+    """(line, row) of every row of a metrics.jsonl, and a message if its last line was incomplete and dropped.
+
+    Only the last line can be half written (a kill or a full disk while appending): if it is not valid JSON
+    it is dropped (a valid row missing only its newline is kept). Any other invalid line raises
+    MetricsFileError naming the file and line number."""
+    path = Path(path)
+    text = path.read_text(errors="replace") if text is None else text
+    lines = text.split("\n")
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    rows, dropped = [], None
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            row = json.loads(ln)
+        except json.JSONDecodeError as e:
+            if i == last:
+                newline = "no newline" if i == len(lines) - 1 else "newline-terminated"
+                dropped = (f"{path}: dropped an incomplete last line (line {i + 1}, {len(ln)} chars, {newline}, "
+                           f"invalid JSON: {e.msg}) -- a write cut short by a kill or a full disk")
+                continue
+            raise MetricsFileError(f"{path}: line {i + 1} is not valid JSON ({e.msg} at column {e.colno}); only a "
+                                   f"last line may be incomplete -- refusing to drop data, fix or remove that line") from None
+        if not isinstance(row, dict) or "step" not in row:
+            raise MetricsFileError(f"{path}: line {i + 1} is not a metrics row (a JSON object with a step)")
+        rows.append((ln, row))
+    return rows, dropped
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    """Rows of RUN/metrics.jsonl (an incomplete last line, as a running or killed run leaves, is skipped)."""
+    return [row for _, row in parse_metrics(Path(run_dir) / "metrics.jsonl")[0]]

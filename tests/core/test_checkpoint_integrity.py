@@ -242,3 +242,32 @@ def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_p
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_1", "step_2"]
     verify(tmp_path / "ckpt/step_2")
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+
+
+# ---- metrics.jsonl and summary.json ---------------------------------------------------------------------
+def test_half_written_last_metrics_line_does_not_block_resume(tmp_path, finished_run, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    shutil.rmtree(run / "ckpt/step_4")  # killed during step 4's metrics write: the last checkpoint is step_2
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 5, "train/reward/mean": 0.2')  # a full disk / kill mid-line
+    capsys.readouterr()
+    run_tiny(run, EASY)
+    out = capsys.readouterr().out
+    assert re.search(rf"\[resume\] {re.escape(str(run / 'metrics.jsonl'))}: dropped an incomplete last line \(line 6, "
+                     r"\d+ chars, no newline", out)
+    assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(finished_run))
+
+
+def test_invalid_metrics_line_in_the_middle_is_an_error_naming_it(tmp_path):
+    from rlx.logging import MetricsFileError, RunLogger
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0}\n{"step": 1, "a": \n{"step": 2}\n')
+    cfg = compose(TINY)
+    with pytest.raises(MetricsFileError, match=rf"{re.escape(str(path))}: line 2 is not valid JSON"):
+        RunLogger(cfg, tmp_path, None, resume_step=1)
+    assert path.read_text() == '{"step": 0}\n{"step": 1, "a": \n{"step": 2}\n'  # nothing dropped
+    path.write_text('{"step": 0}\n{"step": 1}\n{"step": 2}\n{"st')
+    RunLogger(cfg, tmp_path, None, resume_step=1)
+    assert path.read_text() == '{"step": 0}\n{"step": 1}\n'
