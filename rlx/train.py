@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,7 +348,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         p.schedule.close()
         p.engine.close()
         summary["wall_s"] = time.time() - t_start
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        write_json_atomic(run_dir / "summary.json", summary)
         logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
         logger.finish(exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
@@ -370,6 +371,19 @@ def finish_summary(p: Parts, run_dir: Path) -> dict:
     return out
 
 
+def write_json_atomic(path: Path, obj) -> None:
+    """Temp file + fsync + os.replace: `path` is the old version or the new one, never empty or half written."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, default=str))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
@@ -385,7 +399,7 @@ def main(cfg: DictConfig) -> float:
             traceback.print_exc()
             summary = run_dir / "summary.json"
             if not summary.exists():  # died while building, before run() could write its summary
-                summary.write_text(json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))
+                write_json_atomic(summary, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
             _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
             return float("nan")
     return float(run(cfg, run_dir)["val/acc"])

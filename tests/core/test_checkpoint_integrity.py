@@ -271,3 +271,25 @@ def test_invalid_metrics_line_in_the_middle_is_an_error_naming_it(tmp_path):
     path.write_text('{"step": 0}\n{"step": 1}\n{"step": 2}\n{"st')
     RunLogger(cfg, tmp_path, None, resume_step=1)
     assert path.read_text() == '{"step": 0}\n{"step": 1}\n'
+
+
+def test_summary_json_is_replaced_atomically(tmp_path, monkeypatch):
+    """A full disk while summary.json is written leaves the previous summary, never a truncated one."""
+    import errno
+    import pathlib
+
+    run_tiny(tmp_path, EASY + ["train.steps=2"])
+    old = (tmp_path / "summary.json").read_text()
+    real = pathlib.Path.write_text
+
+    def disk_full(self, data, *a, **k):
+        if "summary.json" in self.name:
+            real(self, data[: len(data) // 2], *a, **k)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        run_tiny(tmp_path, EASY + ["train.steps=3"])
+    assert (tmp_path / "summary.json").read_text() == old and json.loads(old)["status"] == "finished"
+    assert not [p.name for p in tmp_path.iterdir() if "summary.json" in p.name and p.name != "summary.json"]
