@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging as std_logging  # the stdlib module (this one is rlx.logging)
 import math
 import os
 import subprocess
@@ -19,6 +20,16 @@ def git_sha(cwd: str | Path | None = None) -> str | None:
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def _say(msg: str) -> None:
+    """Like rlx.train's log lines: under Hydra its job logging (console and train.log), otherwise stdout."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        std_logging.getLogger("rlx").info(msg)
+    else:
+        print(msg, flush=True)
 
 
 def _jsonable(v):
@@ -63,14 +74,14 @@ class RunLogger:
         A half-written last line is dropped (and said so); an invalid line before it raises MetricsFileError."""
         rows, dropped = parse_metrics(self.path)
         if dropped:
-            print(f"[resume] {dropped}", flush=True)
+            _say(f"[resume] {dropped}")
         self._rewrite([ln for ln, row in rows if row["step"] <= step])
 
     def _repair_tail(self) -> None:
         text = self.path.read_text(errors="replace")
         rows, dropped = parse_metrics(self.path, text)
         if dropped:
-            print(f"[logger] {dropped}", flush=True)
+            _say(f"[logger] {dropped}")
         if dropped or (text and not text.endswith("\n")):
             self._rewrite([ln for ln, _ in rows])
 
