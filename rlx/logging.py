@@ -51,8 +51,8 @@ class RunLogger:
         self.path = self.run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
             self._truncate_after(resume_step)
-        elif self.path.exists():  # a fresh start in a used dir: append, but never after a half-written line
-            self._repair_tail()
+        elif self.path.exists() and self.path.stat().st_size > 0:  # a fresh start in a used dir
+            self._set_aside()
         self.sha = git_sha(code_dir)
         self.wandb = None
         self.run_id = run_id
@@ -69,6 +69,17 @@ class RunLogger:
             )
             self.run_id = self.wandb.id
 
+    def _set_aside(self) -> None:
+        """An earlier start that never reached a checkpoint left rows here: keep them, under another
+        name, so this start logs each step once and nothing is lost."""
+        n = 1
+        while (self.run_dir / f"metrics.prev-{n}.jsonl").exists():
+            n += 1
+        dest = self.run_dir / f"metrics.prev-{n}.jsonl"
+        os.replace(self.path, dest)
+        _say(f"[run] {self.path} held rows of an earlier start that reached no checkpoint; kept as {dest.name}, "
+             f"this start writes a fresh {self.path.name}")
+
     def _truncate_after(self, step: int) -> None:
         """On resume, drop lines logged after the checkpoint (they will be logged again), atomically.
         A half-written last line is dropped (and said so); an invalid line before it raises MetricsFileError."""
@@ -76,14 +87,6 @@ class RunLogger:
         if dropped:
             _say(f"[resume] {dropped}")
         self._rewrite([ln for ln, row in rows if row["step"] <= step])
-
-    def _repair_tail(self) -> None:
-        text = self.path.read_text(errors="replace")
-        rows, dropped = parse_metrics(self.path, text)
-        if dropped:
-            _say(f"[logger] {dropped}")
-        if dropped or (text and not text.endswith("\n")):
-            self._rewrite([ln for ln, _ in rows])
 
     def _rewrite(self, lines: list[str]) -> None:
         tmp = self.path.with_suffix(".jsonl.tmp")

@@ -26,7 +26,7 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlx import algo as A
 from rlx import device as D
@@ -108,6 +108,10 @@ def check(cfg) -> D.Trainer:
 
 def build(cfg, run_dir: Path) -> Parts:
     trainer = check(cfg)
+    existing = Checkpointer(Path(run_dir) / "ckpt").steps()
+    if cfg.train.resume == "never" and existing:
+        raise ValueError(f"train.resume=never but {Path(run_dir) / 'ckpt'} holds checkpoints {existing}: starting over "
+                         f"would overwrite them. Use a new hydra.run.dir, or move the old ckpt/ aside")
     D.seed_everything(cfg.seed)
     task = build_task(cfg.task)
     task.set_seed(cfg.seed)
@@ -163,9 +167,43 @@ def resume(p: Parts) -> None:
         p.extrap.load_state_dict(st["extrapolator"])
     if st.get("schedule"):  # stale mode: the last k + 1 policy versions (async: the queue is not kept)
         p.schedule.load_state_dict(st["schedule"])
+    changed = config_changes(st.get("config"), p.cfg)
+    if changed:
+        raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
+                         f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
+                         f"config does not show: run with the original values, or start a new run "
+                         f"(another hydra.run.dir). Only bookkeeping keys may change on resume "
+                         f"(train.steps, evaluation/checkpoint/log intervals, logger, threads)")
     p.start_step, p.run_id, p.compute = st["step"], st["wandb_run_id"], st["compute"]
     p.wall_offset = p.compute["gpu_hours"] * 3600.0 / p.trainer.num_devices
     _log(f"[resume] from {latest} (step {p.start_step})")
+
+
+# keys a resumed run may change (bookkeeping, budget, where it runs); anything else is refused
+RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.log_every", "train.progress",
+                     "train.resume", "train.fail_at_step", "logger.", "trainer.threads", "trainer.device",
+                     "model.cache_dir", "paper")
+
+
+def config_changes(saved: dict | None, cfg) -> list[str]:
+    """'key: old -> new' for every setting that differs from the checkpoint's config (bookkeeping keys aside)."""
+    if saved is None:  # a checkpoint from before configs were recorded: nothing to compare
+        return []
+    from omegaconf import OmegaConf
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    old, new = flat(saved), flat(OmegaConf.to_container(cfg, resolve=True))
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
+            if old.get(k) != new.get(k) and not any(k == c.rstrip(".") or k.startswith(c) for c in RESUMABLE_CHANGES)]
 
 
 def compute_now(p: Parts) -> dict:
@@ -183,6 +221,7 @@ def save(p: Parts, step: int, run_id: str | None) -> None:
             "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
             "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
             "schedule": p.schedule.state_dict(),
+            "config": OmegaConf.to_container(p.cfg, resolve=True),  # what resume compares against
         }, log=_log)
 
 
