@@ -34,6 +34,7 @@ manifest.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -231,6 +232,19 @@ def non_finite_params(model) -> list[tuple[str, int]]:
     return out
 
 
+def out_of_space(e: BaseException, root: Path) -> bool:
+    """A failed write that a full disk explains: ENOSPC, or torch's zip writer failing ("[enforce fail at
+    inline_container.cc ...]", its only report of a full disk) while the disk is (nearly) full."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return True
+    if isinstance(e, RuntimeError) and ("enforce fail" in str(e) or "file write failed" in str(e)):
+        try:
+            return shutil.disk_usage(root).free < (64 << 20)
+        except OSError:
+            return False
+    return False
+
+
 class Checkpointer:
     def __init__(self, root: Path, keep_last: int = 2):
         self.root = Path(root)
@@ -282,8 +296,13 @@ class Checkpointer:
                 shutil.rmtree(final)
             os.rename(tmp, final)
             _fsync(self.root)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
+            if out_of_space(e, self.root):
+                raise OSError(errno.ENOSPC, f"no space left on device while writing checkpoint step_{step} in "
+                                            f"{self.root} ({shutil.disk_usage(self.root).free} bytes free): nothing "
+                                            f"was written, the previous checkpoint ({self.latest() or 'none'}) is "
+                                            f"intact; free some space and rerun the same command to resume") from e
             raise
         for old in self.steps()[: -self.keep_last] if self.keep_last > 0 else []:
             shutil.rmtree(self.root / f"step_{old}", ignore_errors=True)

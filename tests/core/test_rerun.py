@@ -34,3 +34,58 @@ def test_resume_with_a_changed_setting_is_refused_naming_it(tmp_path):
         run_tiny(tmp_path, EASY + ["train.steps=4", "algo.lr=0.01"])
     run_tiny(tmp_path, EASY + ["train.steps=4", "train.eval_every=1"])  # budget and intervals may change
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("how", ["enospc", "torch_zip_writer"])
+def test_disk_full_during_a_save_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, how):
+    import errno
+    from collections import namedtuple
+
+    import torch
+
+    import rlx.checkpoint as C
+
+    run_tiny(tmp_path, EASY + ["train.steps=2"])
+    real_save = torch.save
+
+    def full(obj, f, *a, **k):
+        if how == "enospc":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(C.torch, "save", full)
+    if how == "torch_zip_writer":  # what a full disk looks like to the check
+        usage = namedtuple("usage", "total used free")
+        monkeypatch.setattr(C.shutil, "disk_usage", lambda p: usage(10 << 20, 10 << 20, 4096))
+    with pytest.raises(OSError, match="no space left on device while writing checkpoint step_4") as e:
+        run_tiny(tmp_path, EASY + ["train.steps=4"])
+    assert e.value.errno == errno.ENOSPC and "step_2" in str(e.value)
+    monkeypatch.setattr(C.torch, "save", real_save)
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_2"]  # no half-written folder
+
+
+def test_kill_9_before_the_first_checkpoint_then_rerun(tmp_path):
+    """A real process killed -9 after logging step 1 but before any checkpoint; the rerun starts over,
+    logs each step once, keeps the killed start's rows aside, and equals an uninterrupted run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT, TINY, strip_timing
+
+    over = EASY + ["train.steps=8", "train.ckpt_every=8"]  # killed long before the only checkpoint
+    run_tiny(tmp_path / "ref", over)
+    run_dir = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "rlx.train", *TINY, *over, f"hydra.run.dir={run_dir}"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not ((run_dir / "metrics.jsonl").exists() and '"step": 1' in (run_dir / "metrics.jsonl").read_text()):
+        assert p.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (run_dir / "ckpt").exists() or not any((run_dir / "ckpt").glob("step_*"))
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(tmp_path / "ref"))
+    assert (run_dir / "metrics.prev-1.jsonl").exists()
