@@ -262,8 +262,14 @@ def check_values(cfg) -> None:
 
 
 def register_configs() -> None:
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.structured(RLXConfig)
+    # reward weights are a free dict: `task.rewards={correct: 1.0, format: 0.5}` may add names on the
+    # command line (Hydra makes the whole config struct, which would refuse any new key there)
+    OmegaConf.set_struct(node.task.rewards, False)
     cs = ConfigStore.instance()
-    cs.store(name="rlx_schema", node=RLXConfig)
+    cs.store(name="rlx_schema", node=node)
 
 
 register_configs()

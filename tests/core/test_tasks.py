@@ -209,3 +209,16 @@ def test_malformed_jsonl_line_is_named(tmp_path):
     p.write_text(json.dumps({"question": "a", "answer": "#### 1"}) + "\n" + '{"question": "b", "answer": \n')
     with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not valid JSON"):
         build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), rewards={"math_verify": 1.0}))
+
+
+def test_reward_weights_can_be_set_from_the_command_line():
+    from hydra.errors import ConfigCompositionException
+
+    from tests.conftest import compose
+
+    assert dict(compose(["task.rewards={correct: 1.0, format: 0.5}"]).task.rewards) == {"correct": 1.0, "format": 0.5}
+    assert dict(compose(["task.rewards={format: 1.0}", "~task.rewards.correct"]).task.rewards) == {"format": 1.0}
+    with pytest.raises(ConfigCompositionException):
+        compose(["task.rewards.correct=abc"])  # still typed: weights are floats
+    with pytest.raises(ConfigCompositionException):
+        compose(["task.rewardz=1"])  # and the rest of the schema is still closed
