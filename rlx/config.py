@@ -21,10 +21,10 @@ from rlx.scaling.config import ScalingConfig
 
 @dataclass
 class LoraConfig:
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: list[str] = field(
+    r: int = 16  # LoRA rank
+    alpha: int = 32  # LoRA scale numerator (scale = alpha / r)
+    dropout: float = 0.0  # LoRA dropout in [0, 1)
+    target_modules: list[str] = field(  # linear layers that get an adapter (module name suffixes)
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
 
@@ -36,31 +36,31 @@ class SFTConfig:
     `seed` fixes the SFT base (its init and data order) independently of the run seed, so the
     seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
 
-    seed: int = 0
-    steps: int = 300
-    batch_size: int = 64
-    lr: float = 3e-3
-    warmup_steps: int = 20
+    seed: int = 0  # seed of the SFT base (its init and data order), shared by every RL seed
+    steps: int = 300  # SFT steps on the task's own training split (0 = random init)
+    batch_size: int = 64  # SFT sequences per step
+    lr: float = 3e-3  # SFT AdamW learning rate
+    warmup_steps: int = 20  # SFT linear warm-up steps
     # Imperfect demonstrator: this fraction of SFT demonstrations write `demo_prefix` before the
     # answer (a verbose habit the exact-answer verifier rejects and RL has to unlearn). 0 = clean.
     demo_prefix: str = "x="
-    demo_prefix_frac: float = 0.0
+    demo_prefix_frac: float = 0.0  # share of SFT demonstrations that write demo_prefix (0 = clean)
 
 
 @dataclass
 class ModelConfig:
     """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM)."""
 
-    source: str = "tiny"
+    source: str = "tiny"  # tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path)
     path: Optional[str] = None  # hf: local directory with config, weights and tokenizer
     dtype: str = "float32"  # float32 | bfloat16 | float16
     # tiny model architecture (Qwen2)
     hidden_size: int = 128
-    intermediate_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    max_position_embeddings: int = 128
+    intermediate_size: int = 256  # tiny: MLP width
+    num_layers: int = 4  # tiny: decoder layers
+    num_heads: int = 4  # tiny: attention heads (head_dim = hidden_size / num_heads; vLLM on CPU needs 32, 64, ...)
+    num_kv_heads: int = 2  # tiny: key/value heads (grouped-query attention)
+    max_position_embeddings: int = 128  # tiny: longest sequence (prompt + completion)
     sft: SFTConfig = field(default_factory=SFTConfig)
     cache_dir: str = "${oc.env:RLX_CACHE,outputs/cache}"  # relative to the launch directory
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -70,24 +70,24 @@ class ModelConfig:
 class TaskConfig:
     """`name` is a registered task: arith | multiply | jsonl."""
 
-    name: str = "arith"
+    name: str = "arith"  # registered task: arith | multiply | jsonl (task=gsm8k / task=math are jsonl presets)
     seed: int = 1234  # data seed (independent from the run seed)
-    n_train: int = 2000
-    n_eval: int = 200
+    n_train: int = 2000  # training problems (jsonl: first n rows, 0 = all)
+    n_eval: int = 200  # held-out problems (jsonl: first n rows, 0 = all)
     # synthetic task knobs (each task reads the ones it needs)
     num_terms: int = 3
-    max_operand: int = 20
-    digits: int = 2
+    max_operand: int = 20  # arith: largest operand
+    digits: int = 2  # multiply: digits per factor
     # reward functions (registered names) and their weights; each is logged as train/rewards/<name>.
     # No default here: each task file names its own (a default would be MERGED into the file's dict)
     rewards: dict[str, float] = field(default_factory=dict)
     reward_timeout_s: float = 5.0  # hard bound per math_verify call (worker process; timeout -> 0)
     # jsonl: local files and field names
     train_path: Optional[str] = None
-    eval_path: Optional[str] = None
-    question_field: str = "question"
-    answer_field: str = "answer"
-    prompt_template: str = "{question}"
+    eval_path: Optional[str] = None  # jsonl: held-out split (local .jsonl)
+    question_field: str = "question"  # jsonl: field holding the question
+    answer_field: str = "answer"  # jsonl: field holding the gold answer
+    prompt_template: str = "{question}"  # jsonl: prompt text, {question} is replaced
     answer_regex: Optional[str] = None  # extract the gold answer from the answer field (e.g. GSM8K '#### (.*)')
 
 
@@ -113,10 +113,11 @@ class InterruptConfig:
     max_new_tokens gets `phrase` appended and may write `answer_tokens` more; the reward scores that
     answer. The phrase never enters the loss; `mask_interrupted` drops the whole row from it too."""
 
-    enabled: bool = False
+    enabled: bool = False  # append the phrase to completions that hit max_new_tokens and let them answer
+    # the interruption text (ScaleRL's by default)
     phrase: str = "Okay, time is up. Let me stop thinking and formulate a final answer now."
-    answer_tokens: int = 8
-    mask_interrupted: bool = False
+    answer_tokens: int = 8  # extra tokens allowed after the phrase
+    mask_interrupted: bool = False  # drop interrupted rows from the loss (the phrase never enters it)
 
 
 @dataclass
@@ -127,19 +128,19 @@ class RolloutConfig:
     `max_staleness` updates ago; deterministic) | async (PipelineRL: a generator thread with
     in-flight weight updates; no sample more than `max_staleness` versions old reaches the loss)."""
 
-    engine: str = "hf"
-    mode: str = "sync"
+    engine: str = "hf"  # rollout engine: hf | vllm
+    mode: str = "sync"  # sync | stale | async (docs/offpolicy.md)
     max_staleness: int = 0  # k
     group_size: int = 8  # G
     prompts_per_step: int = 16  # B
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = 1.0  # training sampling temperature (> 0)
+    top_p: float = 1.0  # nucleus sampling mass in (0, 1]
     top_k: int = 0  # 0 => off
-    max_new_tokens: int = 8
+    max_new_tokens: int = 8  # completion budget per training sample (the thinking budget with forced interruption)
     stop_token_ids: list[int] = field(default_factory=list)  # extra stop tokens besides eos
-    eval_max_new_tokens: Optional[int] = None
+    eval_max_new_tokens: Optional[int] = None  # completion budget for evaluation (null = max_new_tokens)
     eval_k: int = 4  # mean@k samples per held-out prompt
-    eval_temperature: float = 1.0
+    eval_temperature: float = 1.0  # temperature of the mean@k samples
     batch_size: int = 512  # hf: sequences generated at once
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)
@@ -152,19 +153,19 @@ class TrainerConfig:
     bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32).
     `threads` sets torch's intra-op threads (0 => torch's default: every core)."""
 
-    device: str = "auto"
-    dtype: str = "fp32"
-    threads: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "fp32"  # fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)
+    threads: int = 0  # torch intra-op threads (0 = every core)
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 60
-    eval_every: int = 20
-    ckpt_every: int = 20
+    steps: int = 60  # RL steps (optimizer updates)
+    eval_every: int = 20  # held-out evaluation every N steps (and at the end)
+    ckpt_every: int = 20  # checkpoint every N steps (and at the end)
     resume: str = "auto"  # auto | never
-    log_every: int = 1
-    progress: bool = True
+    log_every: int = 1  # a console / train.log line every N steps when the bar is off
+    progress: bool = True  # show a progress bar
     fail_at_step: int = -1  # testing aid: raise at this step (simulates a crash of one sweep arm)
 
 
@@ -172,17 +173,17 @@ class TrainConfig:
 class LoggerConfig:
     """`mode`: offline (default; no network here) | online | disabled."""
 
-    mode: str = "offline"
-    project: str = "rlx"
-    entity: Optional[str] = None
-    group: Optional[str] = None
-    name: Optional[str] = None
-    tags: list[str] = field(default_factory=list)
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "rlx"  # wandb project
+    entity: Optional[str] = None  # wandb entity (team or user)
+    group: Optional[str] = None  # wandb group (sweeps set it to their name)
+    name: Optional[str] = None  # wandb run name
+    tags: list[str] = field(default_factory=list)  # wandb tags
 
 
 @dataclass
 class RLXConfig:
-    seed: int = 0
+    seed: int = 0  # run seed: LoRA init, sampling, data order (the SFT base has its own model.sft.seed)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -261,6 +262,55 @@ def check_values(cfg) -> None:
             raise ValueError(f"{key} {why}; got {OmegaConf.select(cfg, key)!r}")
 
 
+def _field_comments(cls) -> dict[str, str]:
+    """{field: its description}: the comment on the field's line, else the comment line(s) just above it."""
+    import inspect
+    import re
+
+    out, above = {}, []
+    for line in inspect.getsource(cls).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# ").strip())
+            continue
+        m = re.match(r"(\w+)\s*:\s*[^#]+?(?:#\s*(.+))?$", stripped)
+        if m and not stripped.startswith(("def ", "class ", '"""')):
+            text = m.group(2) or " ".join(above)
+            if text:
+                out[m.group(1)] = text.strip()
+        above = []
+    return out
+
+
+def describe_keys(cls=None, prefix: str = "") -> list[tuple[str, object, str]]:
+    """(key, default, description) for every key of the schema (what `python -m rlx.config` prints)."""
+    import dataclasses
+
+    cls = RLXConfig if cls is None else cls
+    comments = _field_comments(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            rows += describe_keys(type(default), f"{prefix}{f.name}.")
+        else:
+            rows.append((f"{prefix}{f.name}", default, comments.get(f.name, "")))
+    return rows
+
+
+def keys_text() -> str:
+    """Every config key, its default and what it means, one per line (`--help`, `python -m rlx.config`)."""
+    return "\n".join(f"{key} = {default!r}" + (f"  # {text}" if text else "") for key, default, text in describe_keys())
+
+
+def _keys_for_help() -> str:
+    return keys_text().replace("$", "$$")  # Hydra fills its help template with string.Template
+
+
+def main() -> None:
+    print(keys_text())
+
+
 def register_configs() -> None:
     from omegaconf import OmegaConf
 
@@ -270,6 +320,11 @@ def register_configs() -> None:
     OmegaConf.set_struct(node.task.rewards, False)
     cs = ConfigStore.instance()
     cs.store(name="rlx_schema", node=node)
+    if not OmegaConf.has_resolver("rlx_keys"):  # `--help` lists every key with its meaning
+        OmegaConf.register_new_resolver("rlx_keys", _keys_for_help)
 
 
 register_configs()
+
+if __name__ == "__main__":
+    main()

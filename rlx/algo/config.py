@@ -5,28 +5,28 @@ from dataclasses import dataclass
 class AlgoConfig:
     """The RL objective: each field is an independent knob; conf/algo/*.yaml are named presets."""
 
-    name: str = "grpo"
+    name: str = "grpo"  # preset name (conf/algo/<name>.yaml)
     # policy loss: ppo_clip | cispo | gspo
     loss: str = "ppo_clip"
-    eps_low: float = 0.2
-    eps_high: float = 0.2
+    eps_low: float = 0.2  # PPO clip: lower range (ratio >= 1 - eps_low)
+    eps_high: float = 0.2  # PPO clip: upper range (ratio <= 1 + eps_high; DAPO clip-higher 0.28)
     eps_max: float = 5.0  # CISPO absolute cap on the (detached) importance weight
-    gspo_eps_low: float = 3e-4
-    gspo_eps_high: float = 4e-4
+    gspo_eps_low: float = 3e-4  # GSPO sequence-ratio lower clip
+    gspo_eps_high: float = 4e-4  # GSPO sequence-ratio upper clip
     # aggregation: token | sample | prompt | constant
     aggregation: str = "sample"
     # advantages: group | batch | none  (normalization of reward - group mean)
     adv_norm: str = "group"
-    adv_eps: float = 1e-4
+    adv_eps: float = 1e-4  # added to the std when normalizing advantages
     # KL to the reference policy (adapters disabled), k3 estimator
     beta: float = 0.0
     kl_times_ratio: bool = True  # multiply k3 by the IS ratio (TRL's use_bias_correction_kl default)
     # batch shaping
     dynamic_sampling: bool = False  # DAPO: refill until every group has reward variance
-    max_resample_rounds: int = 3
+    max_resample_rounds: int = 3  # dynamic sampling: refill rounds at most
     zero_variance_filter: bool = False  # ScaleRL: drop zero-variance groups, no refill
     no_positive_resampling: bool = False  # retire prompts whose pass rate >= threshold
-    pass_rate_threshold: float = 0.9
+    pass_rate_threshold: float = 0.9  # no-positive-resampling retires prompts at this pass rate
     overlong_shaping: bool = False  # DAPO soft overlong punishment
     overlong_max_len: int = 0  # L_max (0 => rollout.max_new_tokens)
     overlong_cache: int = 4  # L_cache
@@ -34,10 +34,10 @@ class AlgoConfig:
     tis_cap: float = 0.0  # truncated importance sampling vs the rollout's log-probs, cap C (0 = off)
     fp32_lm_head: bool = False  # logits in float32 for training log-probs and rollout sampling
     # optimisation
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    warmup_steps: int = 0
+    lr: float = 1e-3  # AdamW peak learning rate (>= 0)
+    weight_decay: float = 0.0  # AdamW weight decay (>= 0)
+    grad_clip: float = 1.0  # max gradient norm (> 0)
+    warmup_steps: int = 0  # linear learning-rate warm-up steps
     mu: int = 1  # optimizer steps per rollout batch
     micro_batch_size: int = 64  # sequences per forward/backward
     trim_padding: bool = False  # sort rows by length; each micro-batch computes only its own longest row

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 class NoiseConfig:
     """Adaptive Quantization Noise (QeRL). `type` is a registered name: none | aqn. See docs/noise.md."""
 
-    type: str = "none"
+    type: str = "none"  # none | aqn (adaptive quantization noise on RMSNorm weights)
     schedule: str = "exponential"  # exponential | linear | cosine | constant (rlx.noise.SCHEDULES)
     sigma_start: float = 1e-2  # sigma of stage 1 (of every step for `constant`)
     sigma_end: float = 5e-4  # sigma of the last stage K-1

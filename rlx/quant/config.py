@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 class QuantConfig:
     """Frozen-base quantization (QeRL). `format` is a registered name: none | nvfp4 | nf4 | mxfp4."""
 
-    format: str = "none"
+    format: str = "none"  # base weight format: none | nvfp4 | nf4 | mxfp4 (docs/quant.md)
     # module-name suffixes of the decoder blocks' linear layers that get quantized
     targets: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -9,7 +9,7 @@ class ScalingConfig:
     each evaluation: gpu_hours | flops | tokens | steps.
     """
 
-    fit: str = "none"
+    fit: str = "none"  # none | sigmoid | power: fit reward against compute at the end of a run
     compute: str = "flops"  # gpu_hours | flops | tokens | steps
     metric: str = "val/acc"  # the held-out reward on the y axis
     # early window left out of the fit: points below max(exclude_before, exclude_fraction * max compute)

@@ -70,3 +70,18 @@ def test_help_lists_groups():
     for g in GROUPS:
         assert f"{g}:" in p.stdout
     assert "nvfp4" in p.stdout and "scalerl" in p.stdout
+
+
+def test_every_key_is_described_and_help_lists_them():
+    import subprocess
+    import sys
+
+    from rlx.config import describe_keys
+    from tests.conftest import ROOT
+
+    rows = describe_keys()
+    assert len(rows) > 100 and [k for k, _, text in rows if not text] == []
+    out = subprocess.run([sys.executable, "-m", "rlx.train", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "== Keys ==" in out and "algo.lr = 0.001  # AdamW peak learning rate" in out
+    assert "rollout.mode = 'sync'  # sync | stale | async" in out and "== Config ==" in out
