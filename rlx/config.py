@@ -55,7 +55,7 @@ class ModelConfig:
     path: Optional[str] = None  # hf: local directory with config, weights and tokenizer
     dtype: str = "float32"  # float32 | bfloat16 | float16
     # tiny model architecture (Qwen2)
-    hidden_size: int = 128
+    hidden_size: int = 128  # tiny: model width (Qwen2 hidden size)
     intermediate_size: int = 256  # tiny: MLP width
     num_layers: int = 4  # tiny: decoder layers
     num_heads: int = 4  # tiny: attention heads (head_dim = hidden_size / num_heads; vLLM on CPU needs 32, 64, ...)
@@ -75,7 +75,7 @@ class TaskConfig:
     n_train: int = 2000  # training problems (jsonl: first n rows, 0 = all)
     n_eval: int = 200  # held-out problems (jsonl: first n rows, 0 = all)
     # synthetic task knobs (each task reads the ones it needs)
-    num_terms: int = 3
+    num_terms: int = 3  # arith: numbers per problem
     max_operand: int = 20  # arith: largest operand
     digits: int = 2  # multiply: digits per factor
     # reward functions (registered names) and their weights; each is logged as train/rewards/<name>.
@@ -83,7 +83,7 @@ class TaskConfig:
     rewards: dict[str, float] = field(default_factory=dict)
     reward_timeout_s: float = 5.0  # hard bound per math_verify call (worker process; timeout -> 0)
     # jsonl: local files and field names
-    train_path: Optional[str] = None
+    train_path: Optional[str] = None  # jsonl: training split (local .jsonl)
     eval_path: Optional[str] = None  # jsonl: held-out split (local .jsonl)
     question_field: str = "question"  # jsonl: field holding the question
     answer_field: str = "answer"  # jsonl: field holding the gold answer
