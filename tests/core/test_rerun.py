@@ -89,3 +89,22 @@ def test_kill_9_before_the_first_checkpoint_then_rerun(tmp_path):
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
     assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(tmp_path / "ref"))
     assert (run_dir / "metrics.prev-1.jsonl").exists()
+
+
+def test_kill_9_during_a_checkpoint_write_then_rerun(tmp_path):
+    """What a kill -9 in the middle of a save leaves (a temp folder with part of the files) is never
+    taken for a checkpoint: the rerun resumes from the last complete one, removes the debris and
+    equals an uninterrupted run."""
+    import shutil
+
+    from tests.conftest import strip_timing
+
+    run_tiny(tmp_path / "ref", EASY + ["train.steps=6"])
+    run = tmp_path / "run"
+    run_tiny(run, EASY + ["train.steps=4"])
+    debris = run / "ckpt" / ".tmp-step_6-x1"
+    shutil.copytree(run / "ckpt" / "step_4" / "adapter", debris / "adapter")  # killed before trainer_state.pt
+    (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text() + '{"step": 5, "train/rew')  # mid-line
+    run_tiny(run, EASY + ["train.steps=6"])
+    assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(tmp_path / "ref"))
+    assert not debris.exists() and sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_4", "step_6"]
