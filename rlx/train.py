@@ -169,6 +169,9 @@ def resume(p: Parts) -> None:
         p.schedule.load_state_dict(st["schedule"])
     changed = config_changes(st.get("config"), p.cfg)
     if changed:
+        hydra_cfg = p.run_dir / ".hydra" / "config.yaml"
+        if hydra_cfg.is_file():  # Hydra already wrote the refused settings there: put back what ran
+            hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(st["config"])))
         raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
                          f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
                          f"config does not show: run with the original values, or start a new run "

@@ -108,3 +108,18 @@ def test_kill_9_during_a_checkpoint_write_then_rerun(tmp_path):
     run_tiny(run, EASY + ["train.steps=6"])
     assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(tmp_path / "ref"))
     assert not debris.exists() and sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_4", "step_6"]
+
+
+def test_refused_resume_leaves_the_recorded_config_as_what_ran(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import ROOT, TINY
+
+    cmd = [sys.executable, "-m", "rlx.train", *TINY, *EASY, f"hydra.run.dir={tmp_path}"]
+    subprocess.run(cmd + ["train.steps=2"], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    r = subprocess.run(cmd + ["train.steps=4", "algo.lr=0.01"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "algo.lr: 0.001 -> 0.01" in r.stderr + r.stdout
+    assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text())["algo"]["lr"] == 0.001
