@@ -366,6 +366,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                 m.update(evaluate(p, step))
                 m["timing_s/eval"] = time.time() - t0
                 m.update(compute_now(p))
+                _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}"
+                     + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
+                     + f" ({m['timing_s/eval']:.1f}s)")
             m["timing_s/step"] = time.time() - t_step
             logger.log(m, step=step)
             if progress is not None:
@@ -373,10 +376,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                 if "val/acc" in m:
                     last_acc = m["val/acc"]
                 progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}", acc=f"{last_acc:.3f}")
-            elif step % cfg.train.log_every == 0 or "val/acc" in m:  # no bar (sweeps, logs): a line every log_every steps
-                _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f}"
-                     + (f" val/acc {m['val/acc']:.3f}" if "val/acc" in m else "")
-                     + f" ({m['timing_s/step']:.2f}s/step)")
+            elif step % cfg.train.log_every == 0:  # no bar (sweeps, logs): a line every log_every steps
+                _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f} "
+                     f"({m['timing_s/step']:.2f}s/step)")
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 save(p, step, logger.run_id)
         summary.update(finish_summary(p, run_dir))

@@ -11,5 +11,6 @@ def test_single_run_writes_train_log(tmp_path):
     subprocess.run([sys.executable, "-m", "rlx.train", *TINY, "train.steps=2", "train.log_every=1",
                     f"hydra.run.dir={run_dir}"], cwd=ROOT, check=True, capture_output=True, timeout=300)
     log = (run_dir / "train.log").read_text()
-    for line in ("[eval] step 0 (SFT base)", "[step 1/2] reward", "[step 2/2] reward", "val/acc", "[done] held-out"):
+    for line in ("[eval] step 0 (SFT base)", "[step 1/2] reward", "[step 2/2] reward", "[eval] step 2: val/acc",
+                 "[done] held-out"):
         assert line in log, line
