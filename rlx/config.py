@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 
 from rlx.algo.config import AlgoConfig
 from rlx.extrapolation.config import ExtrapolationConfig
+from rlx.logging import MODES as LOGGER_MODES
 from rlx.noise.config import NoiseConfig
 from rlx.quant.config import QuantConfig
 from rlx.scaling.config import ScalingConfig
@@ -130,7 +131,7 @@ class RolloutConfig:
 
     engine: str = "hf"  # rollout engine: hf | vllm
     mode: str = "sync"  # sync | stale | async (docs/offpolicy.md)
-    max_staleness: int = 0  # k
+    max_staleness: int = 0  # k: policy versions a sample may lag behind the trainer (stale / async)
     group_size: int = 8  # G
     prompts_per_step: int = 16  # B
     temperature: float = 1.0  # training sampling temperature (> 0)
@@ -198,7 +199,6 @@ class RLXConfig:
     paper: Any = None  # free-form notes carried by paper-scale experiment files
 
 
-LOGGER_MODES = ("offline", "online", "disabled")
 FREE_FORM = {"paper"}  # top-level keys whose contents the schema does not describe
 
 

@@ -22,14 +22,28 @@ def git_sha(cwd: str | Path | None = None) -> str | None:
         return None
 
 
-def _say(msg: str) -> None:
-    """Like rlx.train's log lines: under Hydra its job logging (console and train.log), otherwise stdout."""
+def say(msg: str) -> None:
+    """A run's log line: under Hydra its job logging (console and <run_dir>/train.log), otherwise stdout."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
         std_logging.getLogger("rlx").info(msg)
     else:
         print(msg, flush=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Temp file + fsync + os.replace: `path` holds the old text or the new, never a part of either."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _jsonable(v):
@@ -77,7 +91,7 @@ class RunLogger:
             n += 1
         dest = self.run_dir / f"metrics.prev-{n}.jsonl"
         os.replace(self.path, dest)
-        _say(f"[run] {self.path} held rows of an earlier start that reached no checkpoint; kept as {dest.name}, "
+        say(f"[run] {self.path} held rows of an earlier start that reached no checkpoint; kept as {dest.name}, "
              f"this start writes a fresh {self.path.name}")
 
     def _truncate_after(self, step: int) -> None:
@@ -85,16 +99,8 @@ class RunLogger:
         A half-written last line is dropped (and said so); an invalid line before it raises MetricsFileError."""
         rows, dropped = parse_metrics(self.path)
         if dropped:
-            _say(f"[resume] {dropped}")
-        self._rewrite([ln for ln, row in rows if row["step"] <= step])
-
-    def _rewrite(self, lines: list[str]) -> None:
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with tmp.open("w") as f:
-            f.write("".join(ln + "\n" for ln in lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+            say(f"[resume] {dropped}")
+        write_text_atomic(self.path, "".join(ln + "\n" for ln, row in rows if row["step"] <= step))
 
     def log(self, metrics: dict, step: int) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}

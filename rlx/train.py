@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +32,11 @@ from rlx.algo import NonFiniteError  # noqa: F401  (re-exported: the loop's refu
 from rlx.checkpoint import Checkpointer
 from rlx.config import check_values, register_configs
 from rlx.extrapolation import build_extrapolator
-from rlx.logging import RunLogger, read_metrics
+from rlx.logging import RunLogger, read_metrics, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, build_engine, check_engine
+from rlx.rollout.interrupt import phrase_ids
 from rlx.rollout.schedule import build_schedule, check_schedule_config
 from rlx.tasks import build_task
 
@@ -47,15 +46,7 @@ register_configs()
 TIMING_PREFIXES = ("timing_s/", "perf/tokens_per_s", "perf/compute/gpu_hours", "extrap/time_s/")
 
 
-_logger = logging.getLogger("rlx")
-
-
-def _log(msg: str) -> None:
-    """Under Hydra: its job logging (the console and <run_dir>/train.log); called directly: stdout."""
-    if HydraConfig.initialized():
-        _logger.info(msg)
-    else:
-        print(msg, flush=True)
+_log = say  # under Hydra: its job logging (the console and <run_dir>/train.log); called directly: stdout
 
 
 @dataclass
@@ -108,9 +99,9 @@ def check(cfg) -> D.Trainer:
 
 def build(cfg, run_dir: Path) -> Parts:
     trainer = check(cfg)
-    existing = Checkpointer(Path(run_dir) / "ckpt").steps()
-    if cfg.train.resume == "never" and existing:
-        raise ValueError(f"train.resume=never but {Path(run_dir) / 'ckpt'} holds checkpoints {existing}: starting over "
+    ckpt = Checkpointer(Path(run_dir) / "ckpt")
+    if cfg.train.resume == "never" and ckpt.steps():
+        raise ValueError(f"train.resume=never but {ckpt.root} holds checkpoints {ckpt.steps()}: starting over "
                          f"would overwrite them. Use a new hydra.run.dir, or move the old ckpt/ aside")
     D.seed_everything(cfg.seed)
     task = build_task(cfg.task)
@@ -126,7 +117,7 @@ def build(cfg, run_dir: Path) -> Parts:
               extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps),
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
-              n_params=count_params(policy), ckpt=Checkpointer(Path(run_dir) / "ckpt"))
+              n_params=count_params(policy), ckpt=ckpt)
     max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in task.eval[:64] + task.train[:64])
     max_new = max(cfg.rollout.max_new_tokens + _interrupt_tokens(cfg.rollout, tok), cfg.rollout.eval_max_new_tokens or 0)
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
@@ -143,7 +134,7 @@ def _interrupt_tokens(rollout, tok) -> int:
     """Tokens a forced interruption may add after the thinking budget (phrase + answer budget)."""
     if not rollout.interrupt.enabled:
         return 0
-    return len(tok(rollout.interrupt.phrase, add_special_tokens=False).input_ids) + rollout.interrupt.answer_tokens
+    return len(phrase_ids(tok, rollout.interrupt.phrase)) + rollout.interrupt.answer_tokens
 
 
 def _warmup(s: int, warm: int) -> float:
@@ -192,18 +183,9 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
     """'key: old -> new' for every setting that differs from the checkpoint's config (bookkeeping keys aside)."""
     if saved is None:  # a checkpoint from before configs were recorded: nothing to compare
         return []
-    from omegaconf import OmegaConf
+    from rlx.scaling.logs import flatten
 
-    def flat(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            if isinstance(v, dict):
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-
-    old, new = flat(saved), flat(OmegaConf.to_container(cfg, resolve=True))
+    old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
             if old.get(k) != new.get(k) and not any(k == c.rstrip(".") or k.startswith(c) for c in RESUMABLE_CHANGES)]
@@ -392,7 +374,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         p.schedule.close()
         p.engine.close()
         summary["wall_s"] = time.time() - t_start
-        write_json_atomic(run_dir / "summary.json", summary)
+        write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
         logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
         logger.finish(exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
@@ -415,19 +397,6 @@ def finish_summary(p: Parts, run_dir: Path) -> dict:
     return out
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Temp file + fsync + os.replace: `path` is the old version or the new one, never empty or half written."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=2, default=str))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
@@ -443,7 +412,7 @@ def main(cfg: DictConfig) -> float:
             traceback.print_exc()
             summary = run_dir / "summary.json"
             if not summary.exists():  # died while building, before run() could write its summary
-                write_json_atomic(summary, {"status": "failed", "error": f"{type(e).__name__}: {e}"})
+                write_text_atomic(summary, json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))
             _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
             return float("nan")
     return float(run(cfg, run_dir)["val/acc"])

@@ -64,6 +64,5 @@ def interrupt_and_answer(engine: RolloutEngine, batch: RolloutBatch, sampling: S
             tver[r, a:b], tver[r, b:c] = v[0], v
         truncated[r] = cont.truncated[j]
         texts[r] = cont.texts[j]  # the reward scores the answer written after the phrase
-    out = RolloutBatch(batch.prompt_ids, batch.prompt_mask, comp, cmask, logp, truncated, batch.group, texts, ent,
-                       version=batch.version, token_version=tver, forced=forced, interrupted=batch.interrupted)
-    return out
+    return RolloutBatch(batch.prompt_ids, batch.prompt_mask, comp, cmask, logp, truncated, batch.group, texts, ent,
+                        version=batch.version, token_version=tver, forced=forced, interrupted=batch.interrupted)

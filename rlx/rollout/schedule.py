@@ -31,7 +31,7 @@ import torch
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from rlx.rollout.hf import load_trainable, trainable_state
-from rlx.rollout.interrupt import interrupt_and_answer
+from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
 
 MODES = ("sync", "stale", "async")
 
@@ -276,8 +276,6 @@ def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch
     """The `cfg.mode` schedule (cfg = the rollout config)."""
     interrupt = None
     if cfg.interrupt.enabled:
-        from rlx.rollout.interrupt import phrase_ids
-
         interrupt = (phrase_ids(tok, cfg.interrupt.phrase), int(cfg.interrupt.answer_tokens))
     args = (engine, task, int(cfg.group_size), sampling, generator)
     kw = dict(noise=noise, interrupt=interrupt)

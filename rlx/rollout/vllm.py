@@ -81,12 +81,12 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
                 f"{quant_format} base directly")
         if cfg.vllm.sleep_mode:
             raise ValueError("rollout.vllm.sleep_mode: vLLM's CPU backend has no sleep mode (GPU only)")
-    if cfg.vllm.sleep_mode and cfg.mode == "async":
-        raise ValueError("rollout.vllm.sleep_mode with rollout.mode=async: the generator samples while the trainer "
-                         "updates, so vLLM cannot sleep then; use one or the other")
     elif quant_format not in ("none", "nvfp4"):
         raise ValueError(f"rollout=vllm with quant.format={quant_format}: vLLM serves rlx's nvfp4 export "
                          f"(compressed-tensors); a {quant_format} base is not exported. Use quant=nvfp4 or rollout=hf")
+    if cfg.vllm.sleep_mode and cfg.mode == "async":
+        raise ValueError("rollout.vllm.sleep_mode with rollout.mode=async: the generator samples while the trainer "
+                         "updates, so vLLM cannot sleep then; use one or the other")
     if cfg.vllm.sync not in ("auto", "merged", "adapter"):
         raise ValueError(f"rollout.vllm.sync: '{cfg.vllm.sync}' is not auto, merged or adapter")
     if quant_format != "none" and cfg.vllm.sync == "merged":
