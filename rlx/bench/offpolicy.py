@@ -12,7 +12,6 @@ generator thread and the trainer ran at the same time).
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import subprocess
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 
 from rlx.bench.common import work_dir
+from rlx.logging import read_metrics
 
 
 def run_once(run_dir: Path, engine: str, mode: str, threads: int, a) -> dict:
@@ -35,7 +35,7 @@ def run_once(run_dir: Path, engine: str, mode: str, threads: int, a) -> dict:
     wall = time.time() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = read_metrics(run_dir)
     steps = [r for r in rows if r["step"] > a.skip]
     step_s = [r["timing_s/step"] - r.get("timing_s/eval", 0.0) for r in steps]
     return {"step_s": statistics.median(step_s),
