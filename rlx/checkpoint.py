@@ -220,16 +220,12 @@ def read_adapter(path: Path) -> dict:
         raise CorruptCheckpointError(path, ADAPTER, f"is corrupt: unreadable safetensors ({type(e).__name__}: {e})") from None
 
 
-def non_finite_params(model) -> list[tuple[str, int]]:
-    """(name, count) of every trainable parameter holding nan or inf."""
-    out = []
+def non_finite_params(model, weights: dict | None = None) -> list[tuple[str, int]]:
+    """(name, count) of every trainable parameter (or of `weights`) holding nan or inf."""
+    named = weights.items() if weights is not None else ((n, p) for n, p in model.named_parameters() if p.requires_grad)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.requires_grad:
-                n = int((~torch.isfinite(p)).sum())
-                if n:
-                    out.append((name, n))
-    return out
+        counts = [(name, int((~torch.isfinite(p)).sum())) for name, p in named]
+    return [(name, n) for name, n in counts if n]
 
 
 def out_of_space(e: BaseException, root: Path) -> bool:
@@ -272,9 +268,10 @@ class Checkpointer:
                 f"{', '.join(q.name for q in stale)}")
         return stale
 
-    def save(self, step: int, model, state: dict, log=None) -> Path:
-        """PEFT adapter + `trainer_state.pt` + `manifest.json`, atomically; never non-finite weights."""
-        bad = non_finite_params(model)
+    def save(self, step: int, model, state: dict, log=None, weights: dict | None = None) -> Path:
+        """PEFT adapter + `trainer_state.pt` + `manifest.json`, atomically; never non-finite weights.
+        `weights`: the trainable tensors by parameter name, when the module holds shards of them (FSDP)."""
+        bad = non_finite_params(model, weights)
         if bad:
             from rlx.algo.policy_update import NonFiniteError
 
@@ -289,7 +286,7 @@ class Checkpointer:
         final = self.root / f"step_{step}"
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{step}-", dir=self.root))
         try:
-            model.save_pretrained(tmp / "adapter")
+            model.save_pretrained(tmp / "adapter", state_dict=weights)
             torch.save(encoded, tmp / STATE)
             write_manifest(tmp, step)
             if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole

@@ -157,6 +157,8 @@ class TrainerConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "fp32"  # fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)
     threads: int = 0  # torch intra-op threads (0 = every core)
+    strategy: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)
+    dist_timeout_s: float = 600.0  # under torchrun: a collective that waits longer ends the run
 
 
 @dataclass
@@ -168,6 +170,7 @@ class TrainConfig:
     log_every: int = 1  # a console / train.log line every N steps when the bar is off
     progress: bool = True  # show a progress bar
     fail_at_step: int = -1  # testing aid: raise at this step (simulates a crash of one sweep arm)
+    fail_rank: int = -1  # testing aid under torchrun: only this rank raises at fail_at_step (-1 = every rank)
 
 
 @dataclass
@@ -311,6 +314,13 @@ def main() -> None:
     print(keys_text())
 
 
+def _rank0_only(value, other=None):
+    """`value` on rank 0 (and in a single process), `other` on the other ranks of a torchrun/SLURM job."""
+    from rlx.distributed import env_rank
+
+    return value if env_rank() == 0 else other
+
+
 def register_configs() -> None:
     from omegaconf import OmegaConf
 
@@ -322,9 +332,12 @@ def register_configs() -> None:
     cs.store(name="rlx_schema", node=node)
     if not OmegaConf.has_resolver("rlx_keys"):  # `--help` lists every key with its meaning
         OmegaConf.register_new_resolver("rlx_keys", _keys_for_help)
+    if not OmegaConf.has_resolver("rlx_rank0"):  # under torchrun, Hydra's own files come from rank 0 alone
+        OmegaConf.register_new_resolver("rlx_rank0", _rank0_only)
 
 
 register_configs()
 
 if __name__ == "__main__":
     main()
+

@@ -21,15 +21,17 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 class Trainer:
     device: torch.device
     dtype: torch.dtype  # compute dtype of forward passes (autocast); parameters keep theirs
+    world_size: int = 1  # data-parallel processes (torchrun), one device each
 
     @property
     def num_devices(self) -> int:
-        """Devices this process computes on (for perf/compute/gpu_hours = devices x wall hours)."""
-        return 1
+        """Devices the run computes on, all ranks (for perf/compute/gpu_hours = devices x wall hours)."""
+        return self.world_size
 
 
-def resolve(cfg) -> Trainer:
-    """The Trainer for a `trainer` config; raises ValueError naming the key before any work."""
+def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> Trainer:
+    """The Trainer for a `trainer` config; raises ValueError naming the key before any work. Under
+    torchrun each rank computes on its own device: cuda means cuda:LOCAL_RANK."""
     dev = str(cfg.device)
     if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
         raise ValueError(f"trainer.device: '{dev}' is not auto, cpu, cuda or cuda:N")
@@ -38,13 +40,19 @@ def resolve(cfg) -> Trainer:
                          f"torch.cuda.is_available() is False); use trainer.device=cpu or auto")
     if dev == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cuda" and world_size > 1:
+        dev = f"cuda:{local_rank}"
+    if cfg.strategy not in ("ddp", "fsdp"):
+        raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not ddp or fsdp")
+    if cfg.dist_timeout_s <= 0:
+        raise ValueError(f"trainer.dist_timeout_s must be > 0, got {cfg.dist_timeout_s}")
     if cfg.dtype not in DTYPES:
         raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {sorted(DTYPES)}")
     if cfg.threads < 0:
         raise ValueError(f"trainer.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    return Trainer(torch.device(dev), DTYPES[cfg.dtype])
+    return Trainer(torch.device(dev), DTYPES[cfg.dtype], world_size)
 
 
 def autocast(trainer: Trainer):

@@ -54,6 +54,22 @@ def _jsonable(v):
     return v
 
 
+class NullLogger:
+    """The logger of ranks other than 0 under torchrun: they compute the same metrics and write nothing."""
+
+    def __init__(self, run_id: str | None = None):
+        self.run_id, self.sha = run_id, None
+
+    def log(self, metrics: dict, step: int) -> None:
+        pass
+
+    def summary(self, values: dict) -> None:
+        pass
+
+    def finish(self, exit_code: int = 0) -> None:
+        pass
+
+
 class RunLogger:
     """`log(metrics, step)` writes one JSON line per call (with `step`) and the same dict to wandb."""
 

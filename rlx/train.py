@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +26,16 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from rlx import algo as A
 from rlx import device as D
+from rlx import distributed as dist
 from rlx.algo import NonFiniteError  # noqa: F401  (re-exported: the loop's refusal of a bad update)
 from rlx.checkpoint import Checkpointer
 from rlx.config import check_values, register_configs
 from rlx.extrapolation import build_extrapolator
-from rlx.logging import RunLogger, read_metrics, say, write_text_atomic
+from rlx.logging import NullLogger, RunLogger, read_metrics, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, build_engine, check_engine
@@ -70,6 +73,8 @@ class Parts:
     sampling: SamplingParams
     n_params: int
     ckpt: Checkpointer
+    world: dist.World = field(default_factory=dist.World)  # this rank of the torchrun job (one process: rank 0 of 1)
+    dp: dist.DataParallel | None = None  # how this rank's update meets the others'
     start_step: int = 0
     run_id: str | None = None
     compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
@@ -80,6 +85,7 @@ class Parts:
 def check(cfg) -> D.Trainer:
     """Every value the loop needs, checked before any model is built (naming the key)."""
     check_values(cfg)
+    check_distributed(cfg, dist.launched_world_size())
     A.check_config(cfg.algo)
     build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
     build_extrapolator(cfg.extrapolation, cfg.train.steps)
@@ -92,13 +98,35 @@ def check(cfg) -> D.Trainer:
         raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
     SamplingParams.from_config(cfg.rollout)
     check_schedule_config(cfg.rollout)
-    trainer = D.resolve(cfg.trainer)
+    trainer = D.resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     check_engine(cfg)
     return trainer
 
 
-def build(cfg, run_dir: Path) -> Parts:
+def check_distributed(cfg, world_size: int) -> None:
+    """What N data-parallel ranks cannot do (yet), refused before any work."""
+    if world_size <= 1:
+        return
+    if cfg.rollout.mode == "async":
+        raise ValueError(f"rollout.mode=async with {world_size} processes (torchrun): every rank would fill its own queue "
+                         f"and take batches at its own moments, so the ranks' batches would differ. Use rollout.mode=stale "
+                         f"(generation with the policy of exactly k updates ago) or sync under torchrun")
+    if cfg.trainer.strategy == "fsdp":
+        for bad, what in ((cfg.rollout.engine != "hf", f"rollout={cfg.rollout.engine} (the engine would need whole weights "
+                                                       f"exported from the shards)"),
+                          (cfg.rollout.mode != "sync", f"rollout.mode={cfg.rollout.mode} (old adapter versions are "
+                                                       f"loaded into sharded tensors)"),
+                          (cfg.noise.type != "none", f"noise={cfg.noise.type} (AQN perturbs whole norm weights)"),
+                          (cfg.extrapolation.type != "none", f"extrapolation={cfg.extrapolation.type} (NExt's rank-1 "
+                                                             f"records need whole adapter matrices)")):
+            if bad:
+                raise ValueError(f"trainer.strategy=fsdp with {what} is not supported; use trainer.strategy=ddp "
+                                 f"(replicated weights), which supports it")
+
+
+def build(cfg, run_dir: Path, world: dist.World | None = None) -> Parts:
     trainer = check(cfg)
+    world = world or dist.World()
     ckpt = Checkpointer(Path(run_dir) / "ckpt")
     if cfg.train.resume == "never" and ckpt.steps():
         raise ValueError(f"train.resume=never but {ckpt.root} holds checkpoints {ckpt.steps()}: starting over "
@@ -106,8 +134,15 @@ def build(cfg, run_dir: Path) -> Parts:
     D.seed_everything(cfg.seed)
     task = build_task(cfg.task)
     task.set_seed(cfg.seed)
-    policy, tok = build_policy(cfg, task, _log, trainer.device)
+    for turn in ((0, 1) if world.distributed else (0,)):  # rank 0 builds (and caches) the SFT base first
+        if (turn == 0) == world.is_main:
+            policy, tok = build_policy(cfg, task, _log, trainer.device)
+        world.barrier()
     D.seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
+    # the newest intact checkpoint's adapter, loaded into the whole module (before FSDP shards it); the
+    # rest of its state is restored by `resume` once everything is built
+    found = ckpt.load_latest(policy, _log) if cfg.train.resume == "auto" else None
+    dp = dist.DataParallel(policy, world, cfg.trainer.strategy, trainer.device)  # fsdp: before the optimizer
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
     warm = max(1, cfg.algo.warmup_steps)
@@ -117,15 +152,17 @@ def build(cfg, run_dir: Path) -> Parts:
               extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps),
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
-              n_params=count_params(policy), ckpt=ckpt)
+              n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp)
     max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in task.eval[:64] + task.train[:64])
     max_new = max(cfg.rollout.max_new_tokens + _interrupt_tokens(cfg.rollout, tok), cfg.rollout.eval_max_new_tokens or 0)
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
                             seed=cfg.seed, max_len=2 * max_len + max_new, quant_format=cfg.quant.format,
                             own_weights=cfg.rollout.mode == "async")
+    if world.distributed:  # each rank samples its share of the prompts; every rank gets the whole batch
+        p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
     p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise)
-    resume(p)
+    resume(p, found)
     p.engine.sync(policy, p.start_step)  # the engine samples from the (resumed) policy
     return p
 
@@ -141,13 +178,13 @@ def _warmup(s: int, warm: int) -> float:
     return min(1.0, (s + 1) / warm)
 
 
-def resume(p: Parts) -> None:
-    # the newest intact checkpoint (a corrupt one is logged and skipped; all corrupt: CheckpointError)
-    found = p.ckpt.load_latest(p.policy, _log) if p.cfg.train.resume == "auto" else None
+def resume(p: Parts, found: tuple | None) -> None:
+    """Restore a run from `found` = (path, state) of Checkpointer.load_latest (the adapter is already in the
+    policy; a corrupt checkpoint was logged and skipped, all corrupt: CheckpointError)."""
     if found is None:
         return
     latest, st = found
-    p.opt.load_state_dict(st["optimizer"])
+    p.dp.load_optimizer_state(p.policy, p.opt, st["optimizer"])
     p.sched.load_state_dict(st["scheduler"])
     D.set_rng_state(st["rng"])
     p.gen.set_state(st["rollout_rng"])
@@ -161,7 +198,7 @@ def resume(p: Parts) -> None:
     changed = config_changes(st.get("config"), p.cfg)
     if changed:
         hydra_cfg = p.run_dir / ".hydra" / "config.yaml"
-        if hydra_cfg.is_file():  # Hydra already wrote the refused settings there: put back what ran
+        if hydra_cfg.is_file() and p.world.is_main:  # Hydra already wrote the refused settings there: put back what ran
             hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(st["config"])))
         raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
                          f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
@@ -199,15 +236,21 @@ def compute_now(p: Parts) -> dict:
 
 def save(p: Parts, step: int, run_id: str | None) -> None:
     compute_now(p)  # bring the wall-time compute up to date before it is stored
+    dist.check_agreement(p.world, p.dp.checksum(p.policy), f"the trainable weights at step {step}")
+    weights, optimizer = p.dp.trainable_state(p.policy), p.dp.optimizer_state(p.policy, p.opt)  # fsdp: whole tensors
+    if not p.world.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
+        p.world.barrier()
+        return
     with p.schedule.paused():  # async: no generation touches the task or the RNG streams while they are read
         p.ckpt.save(step, p.policy, {
-            "step": step, "optimizer": p.opt.state_dict(), "scheduler": p.sched.state_dict(), "rng": D.rng_state(),
+            "step": step, "optimizer": optimizer, "scheduler": p.sched.state_dict(), "rng": D.rng_state(),
             "rollout_rng": p.gen.get_state(), "task": p.task.state_dict(), "wandb_run_id": run_id,
             "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
             "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
             "schedule": p.schedule.state_dict(),
             "config": OmegaConf.to_container(p.cfg, resolve=True),  # what resume compares against
-        }, log=_log)
+        }, log=_log, weights=weights)
+    p.world.barrier()
 
 
 def evaluate(p: Parts, step: int) -> dict:
@@ -294,7 +337,7 @@ def rl_step(p: Parts, step: int) -> dict:
     t_train = time.time()
     train_noise = p.noise if cfg.noise.apply_in_train_forward else None
     um, trained_tokens = A.update(p.policy, p.opt, p.sched, shaped.batch, shaped.rewards, cfg,
-                                  trainer=p.trainer, step=step, train_noise=train_noise)
+                                  trainer=p.trainer, step=step, train_noise=train_noise, dp=p.dp)
     m.update(um)
     m["timing_s/train"] = time.time() - t_train
     if p.extrap is not None:  # NExt: rank-1 records, maybe a predict-extend jump of the adapter
@@ -315,13 +358,42 @@ def rl_step(p: Parts, step: int) -> dict:
     return m
 
 
+def start_world(cfg, run_dir: Path) -> tuple[dist.World, Path]:
+    """The torchrun process group (checked config first) and the run directory every rank uses: rank 0's.
+    (Each rank's Hydra named a directory from its own clock; the others', left empty, are removed.)"""
+    check(cfg)
+    world = dist.init(cfg.trainer)
+    shared = Path(world.broadcast(str(run_dir)))
+    if shared != run_dir:
+        try:
+            run_dir.rmdir()  # empty: rank > 0 writes no Hydra files (conf/config.yaml, rlx_rank0)
+        except OSError:
+            pass
+    if not world.is_main:  # one console: the other ranks say only warnings and errors
+        import logging
+
+        logging.getLogger("rlx").setLevel(logging.WARNING)
+    return world, shared
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     t_start = time.time()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    p = build(cfg, run_dir)
-    logger = RunLogger(cfg, run_dir, p.run_id, p.start_step if p.start_step > 0 else None,
-                       code_dir=HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None)
+    world, run_dir = start_world(cfg, run_dir)
+    try:
+        return _run(cfg, run_dir, world, t_start)
+    finally:
+        dist.close(world)
+
+
+def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> dict:
+    p = build(cfg, run_dir, world)
+    if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json
+        logger = RunLogger(cfg, run_dir, p.run_id, p.start_step if p.start_step > 0 else None,
+                           code_dir=HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None)
+    else:
+        logger = NullLogger(p.run_id)
     summary: dict = {"status": "running", "git_sha": logger.sha, "wandb_run_id": logger.run_id}
     progress, exit_code = None, 1
     try:
@@ -332,15 +404,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
             _log(f"[eval] step 0 (SFT base): val/acc {ev['val/acc']:.3f}")
             if p.extrap is not None:
                 p.extrap.observe(p.policy, 0, p.opt)
-        summary["val/acc_base"] = next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan"))
+        summary["val/acc_base"] = world.broadcast(
+            next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan")) if world.is_main else None)
         last_acc = summary["val/acc_base"]
-        if cfg.train.progress:
+        if cfg.train.progress and world.is_main:
             from tqdm import tqdm
 
             progress = tqdm(total=cfg.train.steps, initial=p.start_step, desc="rl", dynamic_ncols=True)
         for step in range(p.start_step + 1, cfg.train.steps + 1):
-            if step == cfg.train.fail_at_step:
-                raise RuntimeError(f"train.fail_at_step={step}: forced failure (testing aid)")
+            if step == cfg.train.fail_at_step and cfg.train.fail_rank in (-1, world.rank):
+                raise RuntimeError(f"train.fail_at_step={step}: forced failure on rank {world.rank} (testing aid)")
             t_step = time.time()
             m = rl_step(p, step)
             if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
@@ -353,17 +426,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                      + f" ({m['timing_s/eval']:.1f}s)")
             m["timing_s/step"] = time.time() - t_step
             logger.log(m, step=step)
+            last_acc = m.get("val/acc", last_acc)
             if progress is not None:
                 progress.update(1)
-                if "val/acc" in m:
-                    last_acc = m["val/acc"]
                 progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}", acc=f"{last_acc:.3f}")
             elif step % cfg.train.log_every == 0:  # no bar (sweeps, logs): a line every log_every steps
                 _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f} "
                      f"({m['timing_s/step']:.2f}s/step)")
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 save(p, step, logger.run_id)
-        summary.update(finish_summary(p, run_dir))
+        summary.update(finish_summary(p, run_dir) if world.is_main else {"status": "finished", "val/acc": last_acc})
         exit_code = 0
     except BaseException as e:
         summary.update({"status": "failed", "error": f"{type(e).__name__}: {e}"})
@@ -374,7 +446,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         p.schedule.close()
         p.engine.close()
         summary["wall_s"] = time.time() - t_start
-        write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
+        if world.distributed:
+            summary["world_size"] = world.size
+        if world.is_main:
+            write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
         logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
         logger.finish(exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
@@ -401,11 +476,17 @@ def finish_summary(p: Parts, run_dir: Path) -> dict:
 def main(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN and "TORCHELASTIC_RUN_ID" in os.environ:
+        raise ValueError("torchrun ... -m rlx.train -m: every rank would launch the whole sweep. Run a distributed "
+                         "sweep with hydra/launcher=submitit_slurm_ddp (each job's SLURM tasks are its ranks), or "
+                         "one torchrun per job (docs/cluster.md)")
+    # under torchrun, a rank that raises leaves its traceback where torchrun reports it, with the rank
+    run_ = record(run)
     if hc.mode == RunMode.MULTIRUN:
         # In a sweep, one failing arm must not stop the others: its summary.json says "failed"
         # (with the error) and the reports mark it; the traceback goes to the job's log.
         try:
-            return float(run(cfg, run_dir)["val/acc"])
+            return float(run_(cfg, run_dir)["val/acc"])
         except Exception as e:
             import traceback
 
@@ -415,7 +496,7 @@ def main(cfg: DictConfig) -> float:
                 write_text_atomic(summary, json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))
             _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
             return float("nan")
-    return float(run(cfg, run_dir)["val/acc"])
+    return float(run_(cfg, run_dir)["val/acc"])
 
 
 if __name__ == "__main__":

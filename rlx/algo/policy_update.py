@@ -68,8 +68,16 @@ def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
 
 
 def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, step: int,
-           train_noise=None) -> tuple[dict, int]:
-    """Train on `batch` (rows [N] with rewards [N]); returns (metrics, trained tokens)."""
+           train_noise=None, dp=None) -> tuple[dict, int]:
+    """Train on `batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
+
+    `dp` (rlx.distributed.DataParallel): on N ranks every rank holds the same global batch, computes
+    the same advantages and token weights, and backpropagates only its share of the micro-batches;
+    gradients and statistics are summed across ranks, so the step is the single-process one."""
+    if dp is None:
+        from rlx.distributed import DataParallel, World
+
+        dp = DataParallel(policy, World())
     a = cfg.algo
     m: dict = {"train/num_sequences": len(batch)}
     if len(batch) == 0:
@@ -87,12 +95,12 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     mask = mask.to(dev)
     rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
     temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
-    micro = micro_batches(batch, a.micro_batch_size, a.trim_padding, dev)
+    micro = dp.assign(micro_batches(batch, a.micro_batch_size, a.trim_padding, dev))  # this rank's (mb, live)
     ref = None
     if a.beta > 0:  # reference = the same model with adapters disabled
         ref = torch.zeros_like(rollout_logp)  # [N, T]
         with torch.no_grad(), policy.disable_adapter(), autocast(trainer):
-            for mb in micro:
+            for mb, _ in micro:
                 ref[mb.rows, : mb.T] = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head).float()
     want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
     first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
@@ -104,15 +112,18 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     for epoch in range(a.mu):
         opt.zero_grad(set_to_none=True)
         tok_total = 0.0
-        for mb in micro:
+        for i, (mb, live) in enumerate(micro):
             r, t = mb.rows, slice(0, mb.T)  # this micro-batch's rows and completion columns
             noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
-            with noisy:  # restored only after backward (autograd holds the noisy weights)
+            with noisy, dp.sync_after(last=i == len(micro) - 1):  # noise restored only after backward
                 with autocast(trainer):
                     out = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head,
-                                         with_entropy=want_entropy and epoch == 0)
+                                         with_entropy=want_entropy and epoch == 0, decoder=dp.decoder)
                 logp, ent = out if isinstance(out, tuple) else (out, None)
                 logp = logp.float()
+                if not live:  # a rank with fewer micro-batches: same collectives, zero gradient
+                    (logp.sum() * 0.0).backward()
+                    continue
                 is_weight = None
                 if epoch == 0:
                     first_logp[r, t] = logp.detach()
@@ -128,12 +139,13 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
                                          "last checkpoint left intact")
-                loss.backward()
+                (loss * dp.loss_scale).backward()
             ntok = float(mask[r, t].sum())
             tok_total += ntok
             for k, v in lm.items():  # token-weighted mean over micro-batches (max for */max)
                 agg[k] = max(agg.get(k, -math.inf), v) if k.endswith("/max") else agg.get(k, 0.0) + v * ntok
             agg["actor/loss"] = agg.get("actor/loss", 0.0) + loss.item() * ntok
+        dp.reduce_grads()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         if not torch.isfinite(grad_norm):
             raise NonFiniteError(f"non-finite gradient norm at step {step}; update refused, last checkpoint left intact")
@@ -141,11 +153,18 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
         sched.step()
         trained_tokens += int(mask.sum())
     policy.eval()
+    sums, maxes = dp.reduce_stats({k: v for k, v in agg.items() if not k.endswith("/max")} | {"_tok": tok_total},
+                                  {k: v for k, v in agg.items() if k.endswith("/max")})
+    tok_total = sums.pop("_tok")  # the last pass's tokens, all ranks
     n_upd = a.mu * max(tok_total, 1.0)
-    for k, v in agg.items():
+    for k, v in {**sums, **maxes}.items():
         m[k] = v if k.endswith("/max") else v / n_upd
     m["actor/grad_norm"] = grad_norm.item()
     m["actor/lr"] = sched.get_last_lr()[0]
+    if dp.world.distributed:  # each rank filled its own rows; zeros elsewhere
+        dp.world.all_reduce(first_logp)
+        if entropy is not None:
+            dp.world.all_reduce(entropy)
     cmask = batch.loss_mask.to(dev)
     m.update(logprob_diff(first_logp, rollout_logp, cmask))
     if entropy is not None:

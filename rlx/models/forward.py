@@ -50,11 +50,13 @@ def token_logprobs(
     temperature: float = 1.0,
     fp32_head: bool = False,
     with_entropy: bool = False,
+    decoder=None,
 ):
     """Log-probs [N, T] of the last T tokens under the policy at `temperature` (and, with
-    `with_entropy`, the detached entropy [N, T] of each position's distribution)."""
+    `with_entropy`, the detached entropy [N, T] of each position's distribution). `decoder`: the
+    module to run instead of the model's own decoder (its DDP wrapper, which syncs gradients)."""
     lm = causal_lm(model)
-    out = lm.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
+    out = (decoder if decoder is not None else lm.model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
     hidden = out.last_hidden_state[:, -n_completion - 1 : -1]  # [N, T, H] positions predicting the completion
     logits = lm_logits(lm, hidden, fp32_head) / max(temperature, 1e-6)  # [N, T, V]
     target = input_ids[:, -n_completion:]

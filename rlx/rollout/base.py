@@ -149,6 +149,13 @@ class RolloutBatch:
         )
 
 
+def draw_seeds(generator: torch.Generator, n: int) -> list[int]:
+    """One sampling seed per completion row, drawn from the caller's stream. A row's samples depend on
+    its seed alone, not on which other rows share its batch, so N data-parallel ranks that each generate
+    a share of the rows (with the global batch's seeds) sample what one process would."""
+    return torch.randint(2**31 - 1, (n,), generator=generator).tolist()
+
+
 class RolloutEngine:
     """Owns a copy of the policy weights and samples from it. Subclasses register in ENGINES."""
 
@@ -176,9 +183,10 @@ class RolloutEngine:
         raise NotImplementedError
 
     def generate(self, prompts: list[str] | list[list[int]], n: int, sampling: SamplingParams,
-                 generator: torch.Generator) -> RolloutBatch:
+                 generator: torch.Generator, seeds: list[int] | None = None) -> RolloutBatch:
         """n samples per prompt (text, or token ids taken as they are), rows prompt-major (row i is
-        prompt i // n), on the CPU."""
+        prompt i // n), on the CPU. Row i samples from its own stream seeded by seeds[i] (drawn from
+        `generator` with `draw_seeds` when not given), so its tokens do not depend on the other rows."""
         raise NotImplementedError
 
     def sleep(self) -> None:

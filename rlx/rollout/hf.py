@@ -17,7 +17,7 @@ import torch
 
 from rlx.device import Trainer, autocast
 from rlx.models.forward import causal_lm, decoder_forward, lm_logits, position_ids
-from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -37,6 +37,15 @@ def _top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
         return logits
     kth = logits.topk(top_k, dim=-1).values[..., -1:]  # [N, 1]
     return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Sample one token per row: the first index whose cumulative probability exceeds u * total
+    (never a token of probability 0).  # probs [N, V], u [N] in [0, 1) -> [N]"""
+    cdf = probs.double().cumsum(-1)  # [N, V]
+    idx = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+    last = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1)  # last token with p > 0
+    return torch.minimum(idx, last)
 
 
 def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,28 +111,28 @@ class HFEngine(RolloutEngine):
     def noise_target(self):
         return self.policy
 
-    def _device_generator(self, generator: torch.Generator) -> torch.Generator:
-        """The CPU stream itself on a CPU trainer; on CUDA a device stream seeded from it."""
-        if self.trainer.device.type == "cpu":
-            return generator
-        seed = int(torch.randint(2**62, (1,), generator=generator))
-        return torch.Generator(device=self.trainer.device).manual_seed(seed)
-
     @torch.no_grad()
-    def generate(self, prompts, n, sampling: SamplingParams, generator):
+    def generate(self, prompts, n, sampling: SamplingParams, generator, seeds=None):
         ids, mask = encode_prompts(self.tok, prompts)
         ids = ids.repeat_interleave(n, 0)  # [N, P]
         mask = mask.repeat_interleave(n, 0)
         group = torch.arange(len(prompts)).repeat_interleave(n)
-        gen = self._device_generator(generator)
+        seeds = draw_seeds(generator, ids.shape[0]) if seeds is None else list(seeds)
         with autocast(self.trainer):  # bf16 trainers sample in bf16 too (the head stays fp32 if asked)
-            chunks = [self._generate_chunk(ids[sl], mask[sl], group[sl], sampling, gen)
+            chunks = [self._generate_chunk(ids[sl], mask[sl], group[sl], sampling, seeds[sl])
                       for sl in (slice(s, s + self.batch_size) for s in range(0, ids.shape[0], self.batch_size))]
         batch = RolloutBatch.concat(chunks, self.tok.pad_token_id)
         batch.version = batch.token_version[:, 0].clone()  # versions only grow along a row: the first is the oldest
         return batch
 
-    def _generate_chunk(self, ids, mask, group, sp: SamplingParams, generator) -> RolloutBatch:
+    def _uniforms(self, seeds: list[int], T: int) -> torch.Tensor:
+        """Row i's T uniforms from its own stream (seeds[i]): a row samples the same tokens whatever
+        batch it is generated in (data-parallel ranks, chunking).  # [N, T]"""
+        u = torch.stack([torch.rand(T, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float64)
+                         for s in seeds])
+        return u.to(self.trainer.device)
+
+    def _generate_chunk(self, ids, mask, group, sp: SamplingParams, seeds) -> RolloutBatch:
         lm = causal_lm(self.policy)
         dev = self.trainer.device
         stop = torch.tensor([self.tok.eos_token_id, *sp.stop_token_ids], device=dev)
@@ -137,6 +146,7 @@ class HFEngine(RolloutEngine):
         pos = position_ids(mask)[:, -1]  # [N]
         done = torch.zeros(N, dtype=torch.bool, device=dev)
         filtered = sp.top_p < 1.0 or sp.top_k > 0
+        U = self._uniforms(seeds, sp.max_tokens) if sp.temperature > 0 else None  # [N, max_tokens]
         toks, logps, ents, alive, versions = [], [], [], [], []
         for t in range(sp.max_tokens):
             versions.append(fwd_version)
@@ -149,7 +159,7 @@ class HFEngine(RolloutEngine):
                 scaled = _top_p_filter(_top_k_filter(logits / sp.temperature, sp.top_k), sp.top_p)
                 logp_all = torch.log_softmax(scaled, -1)  # the sampled distribution, renormalized
                 probs = scaled.softmax(-1)
-                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                nxt = _inverse_cdf(probs, U[:, t])  # [N]
                 if filtered:  # masked tokens have p = 0: they add nothing to the entropy
                     ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)
                 else:

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from rlx.models.forward import causal_lm
-from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
 
 ENGINE_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
@@ -235,11 +235,11 @@ class VLLMEngine(RolloutEngine):
         return self.model
 
     @torch.no_grad()
-    def generate(self, prompts, n, sampling: SamplingParams, generator):
+    def generate(self, prompts, n, sampling: SamplingParams, generator, seeds=None):
         self._wake()
         ids, mask = encode_prompts(self.tok, prompts)  # [B, P] left-padded
         stop = [self.tok.eos_token_id, *sampling.stop_token_ids]
-        seeds = torch.randint(2**31 - 1, (len(prompts) * n,), generator=generator).tolist()
+        seeds = draw_seeds(generator, len(prompts) * n) if seeds is None else list(seeds)
         requests, params = [], []
         for i in range(len(prompts)):
             prompt = ids[i][mask[i].bool()].tolist()
