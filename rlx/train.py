@@ -439,6 +439,9 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> d
         exit_code = 0
     except BaseException as e:
         summary.update({"status": "failed", "error": f"{type(e).__name__}: {e}"})
+        if world.distributed:  # a peer's crash reaches this rank as a broken collective
+            summary["error"] = (f"rank {world.rank}: {summary['error']} (if another rank failed first, torchrun's "
+                                f"'Root Cause' names it)")
         raise
     finally:
         if progress is not None:

@@ -1,0 +1,186 @@
+"""Data parallelism under torchrun (gloo on CPU): 2 ranks train what 1 process trains on the same global
+batch, rank 0 alone writes, a kill -9 resumes, a rank that raises ends the run with its rank named.
+
+Each test launches real processes (`torchrun --nproc_per_node=2 -m rlx.train ...`), one thread each."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlx.train import TIMING_PREFIXES
+
+# micro_batch_size 6 over 5 prompts x 8 completions: 7 micro-batches, so both ranks compute (4 + 3, one dead)
+ARGS = ["logger=disabled", "trainer.threads=1", "train.progress=false", "train.eval_every=2", "train.ckpt_every=2",
+        "algo.micro_batch_size=6", "rollout.prompts_per_step=5"]
+STEPS = 6
+# timings and quantities of float-noise size (|trainer - rollout| log-prob gaps are ~1e-7 in both runs)
+SKIP = TIMING_PREFIXES + ("rollout/logprob_diff/",)
+# decided by samples and rewards: must be equal, not close
+EXACT = ("train/reward", "train/rewards/", "train/pass_rate", "train/frac_reward_zero_std", "val/", "response_length/",
+         "train/num_sequences", "perf/compute/tokens")
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+    env.setdefault("RLX_CACHE", str(Path(__file__).resolve().parents[2] / "outputs" / "cache"))
+    return env
+
+
+def _cmd(nproc: int, run_dir: Path, *extra: str) -> list[str]:
+    launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "rlx.train"]
+              if nproc > 1 else [sys.executable, "-m", "rlx.train"])
+    return launch + ARGS + [f"hydra.run.dir={run_dir}", *extra]
+
+
+def _run(nproc: int, run_dir: Path, *extra: str, check: bool = True, timeout: float = 400):
+    out = subprocess.run(_cmd(nproc, run_dir, *extra), env=_env(), capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
+    return out
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_run(one: list[dict], two: list[dict], steps) -> None:
+    """Rewards, samples and evaluations identical; losses and gradient norms within 1e-5 relative
+    (1e-8 absolute for values that are 0 in one run: a loss of exactly 0 from a zero-advantage batch)."""
+    by_step = {r["step"]: r for r in two}
+    for a in one:
+        if a["step"] not in steps:
+            continue
+        b = by_step[a["step"]]
+        assert set(a) == set(b), (a["step"], set(a) ^ set(b))
+        for k, u in a.items():
+            if k.startswith(SKIP) or u is None:
+                continue
+            v = b[k]
+            if k.startswith(EXACT) or not isinstance(u, float):
+                assert u == v, (a["step"], k, u, v)
+            else:
+                assert abs(u - v) <= 1e-5 * max(abs(u), abs(v)) + 1e-8, (a["step"], k, u, v)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dp") / "one"
+    _run(1, d, f"train.steps={STEPS}")
+    return _rows(d)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dp") / "ddp"
+    out = _run(2, d, f"train.steps={STEPS}")
+    return d, out
+
+
+def test_two_ranks_ddp_train_what_one_process_trains(one_process, ddp_run):
+    d, out = ddp_run
+    two = _rows(d)
+    assert [r["step"] for r in two] == list(range(STEPS + 1))  # metrics.jsonl written once: every step once
+    assert_same_run(one_process, two, range(STEPS + 1))
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["world_size"] == 2
+    # rank 0 alone writes: one train.log with each step line once, no other rank's run dir left behind
+    log = (d / "train.log").read_text()
+    assert log.count(f"[step {STEPS}/{STEPS}]") == 1 and log.count("[done]") == 1
+    assert sorted(p.name for p in d.parent.iterdir()) == ["ddp"]
+    assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]  # keep_last 2
+
+
+def test_fsdp_matches_one_process_and_resumes_from_whole_tensors(one_process, tmp_path):
+    d = tmp_path / "fsdp"
+    _run(2, d, "train.steps=4", "trainer.strategy=fsdp")
+    adapter = d / "ckpt" / "step_4" / "adapter" / "adapter_model.safetensors"
+    from safetensors.torch import load_file
+
+    one_sd = load_file(adapter)
+    assert one_sd and all(t.dim() == 2 and t.shape[0] * t.shape[1] > 0 for t in one_sd.values())
+    out = _run(2, d, f"train.steps={STEPS}", "trainer.strategy=fsdp")  # a longer run of the same command resumes
+    assert "[resume] from" in out.stdout + out.stderr
+    rows = _rows(d)
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))
+    assert_same_run(one_process, rows, range(STEPS + 1))
+
+
+def test_kill_9_of_two_ranks_then_rerun_resumes(ddp_run, tmp_path):
+    d = tmp_path / "killed"
+    proc = subprocess.Popen(_cmd(2, d, f"train.steps={STEPS}"), env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:  # wait until step 3 is logged: step_2 is checkpointed, step_4 not yet
+            m = d / "metrics.jsonl"
+            if m.exists() and any(json.loads(line)["step"] >= 3 for line in m.read_text().splitlines() if line.strip()):
+                break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks, no cleanup
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    done = json.loads((d / "summary.json").read_text())["status"] if (d / "summary.json").exists() else "running"
+    assert done == "running"  # killed mid-run
+    out = _run(2, d, f"train.steps={STEPS}")
+    assert "[resume] from" in out.stdout + out.stderr
+    rows = _rows(d)
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))  # each step once after the resume
+    assert_same_run(_rows(ddp_run[0]), rows, range(STEPS + 1))  # = the run that was never killed
+
+
+def test_a_rank_that_raises_ends_the_run_with_its_rank_named(tmp_path):
+    d = tmp_path / "fail"
+    t0 = time.time()
+    out = _run(2, d, f"train.steps={STEPS}", "train.fail_at_step=3", "train.fail_rank=1", check=False, timeout=300)
+    elapsed = time.time() - t0
+    assert out.returncode != 0
+    err = out.stderr
+    assert "forced failure on rank 1" in err and "rank      : 1" in err  # torchrun's root cause names the rank
+    assert elapsed < 240
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["status"] == "failed" and "another rank" in summary["error"]
+
+
+def test_torchrun_with_multirun_is_refused(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "-m",
+                          "rlx.train", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path}", *ARGS],
+                         env=_env(), capture_output=True, text=True, timeout=200)
+    assert out.returncode != 0 and "every rank would launch the whole sweep" in out.stdout + out.stderr
+
+
+# AQN noise (sampling policy), a NExt jump, ScaleRL's no-positive-resampling curriculum, stale off-policy data:
+# every rank must apply the same noise, take the same jump and retire the same prompts (or the weights,
+# checked at every checkpoint, and the batches would differ)
+FEATURES = ["noise=aqn", "noise.stages=2", "extrapolation=next", "extrapolation.interval=1", "extrapolation.horizon=2",
+            "extrapolation.extend_at=[3]", "extrapolation.epochs=20", "algo.no_positive_resampling=true",
+            "rollout.mode=stale", "rollout.max_staleness=1", "train.steps=5"]
+
+
+def test_noise_jump_curriculum_and_stale_data_agree_across_ranks(tmp_path):
+    _run(1, tmp_path / "one", *FEATURES)
+    _run(2, tmp_path / "two", *FEATURES)
+    one, two = _rows(tmp_path / "one"), _rows(tmp_path / "two")
+    assert any(k.startswith("noise/") for r in one for k in r) and any(k.startswith("extrap/") for r in one for k in r)
+    assert_same_run(one, two, range(6))
+
+
+# the suite's vLLM model (head_dim 32: vLLM's CPU attention needs >= 32); one vLLM engine per rank
+VLLM = ["rollout=vllm", "model.hidden_size=64", "model.num_heads=2", "model.num_kv_heads=1", "task.num_terms=2",
+        "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60", "train.steps=3"]
+
+
+def test_vllm_per_rank_samples_what_one_vllm_engine_samples(tmp_path):
+    _run(1, tmp_path / "one", *VLLM)
+    _run(2, tmp_path / "two", *VLLM)
+    assert_same_run(_rows(tmp_path / "one"), _rows(tmp_path / "two"), range(4))
