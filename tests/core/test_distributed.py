@@ -184,3 +184,30 @@ def test_vllm_per_rank_samples_what_one_vllm_engine_samples(tmp_path):
     _run(1, tmp_path / "one", *VLLM)
     _run(2, tmp_path / "two", *VLLM)
     assert_same_run(_rows(tmp_path / "one"), _rows(tmp_path / "two"), range(4))
+
+
+def test_slurm_tasks_become_torch_distributed_ranks():
+    from rlx.distributed import env_from_slurm
+
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu[03-04]",
+             "SLURM_JOB_ID": "123456"}
+    got = env_from_slurm(slurm, first_host=lambda nodes: {"gpu[03-04]": "gpu03"}[nodes])
+    assert got == {"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu03", "MASTER_PORT": "29956"}
+    assert env_from_slurm({**slurm, "WORLD_SIZE": "16"}) == {}  # torchrun's variables win
+    assert env_from_slurm({**slurm, "SLURM_NTASKS": "1"}) == {}  # one task: one process
+    with pytest.raises(RuntimeError, match="SLURM_JOB_NODELIST"):
+        env_from_slurm({k: v for k, v in slurm.items() if k != "SLURM_JOB_NODELIST"})
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["rollout.mode=async", "rollout.max_staleness=2"], "rollout.mode=async with 2 processes"),
+    (["trainer.strategy=fsdp", "noise=aqn"], "trainer.strategy=fsdp with noise=aqn"),
+    (["trainer.strategy=fsdp", "rollout.mode=stale"], "trainer.strategy=fsdp with rollout.mode=stale"),
+])
+def test_what_ranks_cannot_do_is_refused_before_any_work(extra, match):
+    from rlx.train import check_distributed
+    from tests.conftest import compose
+
+    with pytest.raises(ValueError, match=match):
+        check_distributed(compose(extra), world_size=2)
+    check_distributed(compose(extra), world_size=1)  # one process: all of it is fine

@@ -56,6 +56,14 @@ def test_sweeps_compose_with_the_launchers(launcher, target):
     assert cfg.hydra.sweeper.params.loo_arm.startswith("scalerl,")  # the sweep's axes survive
 
 
+def test_distributed_slurm_launcher_runs_one_task_per_gpu():
+    cfg = compose_sweep("scalerl_loo", ["hydra/launcher=submitit_slurm_ddp", "hydra.launcher.nodes=2"], hydra=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == launcher.gpus_per_node == 8 and launcher.nodes == 2
+    assert launcher.timeout_min == 1440  # the rest comes from submitit_slurm
+
+
 def _jobs(name: str):
     return [(job, composed_job(name, tuple(job))) for job in sweep_jobs(name)]
 
