@@ -160,10 +160,7 @@ class ShardedEngine:
                 local = self.engine.generate(prompts[sl], n, sampling, generator, seeds=seeds[sl.start * n: sl.stop * n])
             local.group = local.group + sl.start  # prompt ids of the global batch
         parts = [b for b in self.world.gather(local) if b is not None]
-        batch = RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
-        if all(b.version is not None for b in parts):
-            batch.version = torch.cat([b.version for b in parts])
-        return batch
+        return RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
 
 
 class DataParallel:
