@@ -86,6 +86,9 @@ def test_eval_set_keys_are_typed():
 
     cfg = compose(["task.eval={a:{path:x.jsonl,n:3},b:{}}"])
     assert cfg.task.eval.a.n == 3 and cfg.task.eval.b.path is None
+    cfg = compose(["task=gsm8k", "task.train_path=a", "task.eval_path=b",  # docs/data.md's example
+                   'task.eval={gsm8k:{},math500:{path:math500.jsonl,question_field:problem,answer_regex:""}}'])
+    assert cfg.task.eval.math500.answer_regex == "" and cfg.task.eval.gsm8k.answer_regex is None
     with pytest.raises(ConfigCompositionException, match="pth"):
         compose(["task.eval={a:{pth:x.jsonl}}"])
 
@@ -127,3 +130,17 @@ def test_run_on_parquet_and_saved_dataset_with_two_eval_sets_fitted(tmp_path):
     assert series.reward.tolist() == [r["val/ds/acc"] for r in rows] and series.step.tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="no evaluation logs 'val/nope/acc'"):
         fit_run(tmp_path / "run", {**OmegaConf.to_container(cfg.scaling), "metric": "val/nope/acc"})
+
+
+def test_eval_sets_take_their_own_columns_and_the_own_split(tmp_path):
+    train = write(tmp_path / "t.jsonl", ROWS)
+    other = write(tmp_path / "o.csv", [{"problem": "2+2=", "sol": "x #### 4"}])
+    t = build_task(_cfg(train_path=train, eval_path=train, answer_regex="(.*)", eval={
+        "own": {"n": 1}, "other": {"path": other, "question_field": "problem", "answer_field": "sol",
+                                    "answer_regex": r"####\s*(.+)"}}))
+    assert t.named_eval and list(t.eval_sets) == ["own", "other"]
+    assert [e.prompt for e in t.eval_sets["own"]] == ["3+4="]
+    assert [(e.prompt, e.answer) for e in t.eval_sets["other"]] == [("2+2=", "4")]
+    assert t.eval == t.eval_sets["own"] + t.eval_sets["other"]
+    with pytest.raises(ValueError, match="task.eval: set name 'a/b'"):
+        build_task(_cfg(train_path=train, eval_path=train, eval={"a/b": {}}))
