@@ -64,14 +64,29 @@ class ModelConfig:
     max_position_embeddings: int = 128  # tiny: longest sequence (prompt + completion)
     sft: SFTConfig = field(default_factory=SFTConfig)
     cache_dir: str = "${oc.env:RLX_CACHE,outputs/cache}"  # relative to the launch directory
+    # Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` prompts;
+    # null = the tokenizer's own (the tiny model's char tokenizer has none)
+    chat_template: Optional[str] = None
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
-class TaskConfig:
-    """`name` is a registered task: arith | multiply | jsonl."""
+class EvalSetConfig:
+    """One named eval set (task.eval.<name>): its data and, where it differs from task.*, its columns."""
 
-    name: str = "arith"  # registered task: arith | multiply | jsonl (task=gsm8k / task=math are jsonl presets)
+    path: Optional[str] = None  # data file / save_to_disk directory; null = the task's own held-out split
+    n: int = 0  # first n rows (0 = all)
+    question_field: Optional[str] = None  # null = task.question_field
+    answer_field: Optional[str] = None  # null = task.answer_field
+    answer_regex: Optional[str] = None  # null = task.answer_regex; "" = none
+    prompt_template: Optional[str] = None  # null = task.prompt_template
+
+
+@dataclass
+class TaskConfig:
+    """`name` is a registered task: arith | multiply | file (jsonl is the file task's old name)."""
+
+    name: str = "arith"  # registered task: arith | multiply | file (= jsonl; task=gsm8k / task=math are presets)
     seed: int = 1234  # data seed (independent from the run seed)
     n_train: int = 2000  # training problems (jsonl: first n rows, 0 = all)
     n_eval: int = 200  # held-out problems (jsonl: first n rows, 0 = all)
@@ -79,17 +94,23 @@ class TaskConfig:
     num_terms: int = 3  # arith: numbers per problem
     max_operand: int = 20  # arith: largest operand
     digits: int = 2  # multiply: digits per factor
-    # reward functions (registered names) and their weights; each is logged as train/rewards/<name>.
+    # reward functions and their weights: registered names or import paths package.module:function
+    # (TRL's convention, docs/data.md); each is logged as train/rewards/<name>.
     # No default here: each task file names its own (a default would be MERGED into the file's dict)
     rewards: dict[str, float] = field(default_factory=dict)
-    reward_timeout_s: float = 5.0  # hard bound per math_verify call (worker process; timeout -> 0)
-    # jsonl: local files and field names
-    train_path: Optional[str] = None  # jsonl: training split (local .jsonl)
-    eval_path: Optional[str] = None  # jsonl: held-out split (local .jsonl)
-    question_field: str = "question"  # jsonl: field holding the question
-    answer_field: str = "answer"  # jsonl: field holding the gold answer
-    prompt_template: str = "{question}"  # jsonl: prompt text, {question} is replaced
+    # hard bound per reward call in a worker process (math_verify: per completion; an import-path
+    # function: per batch); past it the call scores 0 and is counted in train/reward_timeouts
+    reward_timeout_s: float = 5.0
+    # file task: local .jsonl / .json / .parquet / .csv files or datasets save_to_disk directories
+    train_path: Optional[str] = None  # file: training split
+    eval_path: Optional[str] = None  # file: held-out split
+    question_field: str = "question"  # file: column holding the prompt (a string, or chat messages)
+    answer_field: str = "answer"  # file: column holding the gold answer
+    prompt_template: str = "{question}"  # file: prompt text of a string prompt, {question} is replaced
     answer_regex: Optional[str] = None  # extract the gold answer from the answer field (e.g. GSM8K '#### (.*)')
+    # named eval sets {name: {path, n, ...}}, logged as val/<name>/acc, val/<name>/mean_at_k and their
+    # mean as val/acc, val/mean_at_k; empty = one set, the held-out split, logged as val/acc only
+    eval: dict[str, EvalSetConfig] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,6 +204,13 @@ class LoggerConfig:
     group: Optional[str] = None  # wandb group (sweeps set it to their name)
     name: Optional[str] = None  # wandb run name
     tags: list[str] = field(default_factory=list)  # wandb tags
+    # completion tables (completions.jsonl in the run dir + a wandb Table): prompts, completions,
+    # per-function rewards and advantages of the first `completions_rows` rows of a step's batch
+    completions_every: int = 10  # every N steps (0 = off)
+    completions_rows: int = 8  # rows per dump
+    # cap of completions.jsonl (oldest dumps dropped, the newest kept) and of the tables sent to wandb
+    # (after it, no more tables); MB
+    completions_max_mb: float = 5.0
 
 
 @dataclass
@@ -233,6 +261,8 @@ def check_values(cfg) -> None:
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}: not in rlx's schema, so nothing would read them "
                          f"(a `+key=value` override adds keys; check the spelling, `--help` lists every key)")
+    from rlx.tasks import FILE_TASKS, check_task_config
+
     r, a, m, t = cfg.rollout, cfg.algo, cfg.model, cfg.task
     rules = [
         (r.temperature > 0, "rollout.temperature", "must be > 0 for training rollouts (behaviour log-probs "
@@ -251,18 +281,22 @@ def check_values(cfg) -> None:
         (m.lora.alpha > 0, "model.lora.alpha", "must be > 0"),
         (0 <= m.lora.dropout < 1, "model.lora.dropout", "must be in [0, 1)"),
         (cfg.logger.mode in LOGGER_MODES, "logger.mode", f"must be one of {list(LOGGER_MODES)}"),
-        (t.name == "jsonl" or t.n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task"),
-        (t.name == "jsonl" or t.n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all rows "
-                                                            "only for jsonl files)"),
+        (t.name in FILE_TASKS or t.n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task"),
+        (t.name in FILE_TASKS or t.n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all "
+                                                               "rows only for file tasks)"),
         (t.n_train >= 0, "task.n_train", "must be >= 0"),
         (t.n_eval >= 0, "task.n_eval", "must be >= 0"),
         (t.reward_timeout_s > 0, "task.reward_timeout_s", "must be > 0"),
+        (cfg.logger.completions_every >= 0, "logger.completions_every", "must be >= 0 (0 = no completion tables)"),
+        (cfg.logger.completions_rows >= 1, "logger.completions_rows", "must be >= 1"),
+        (cfg.logger.completions_max_mb > 0, "logger.completions_max_mb", "must be > 0"),
     ]
     for ok, key, why in rules:
         if not ok:
             from omegaconf import OmegaConf
 
             raise ValueError(f"{key} {why}; got {OmegaConf.select(cfg, key)!r}")
+    check_task_config(t)  # reward entries: registered, or importable with TRL's signature (no data read yet)
 
 
 def _field_comments(cls) -> dict[str, str]:
@@ -328,6 +362,7 @@ def register_configs() -> None:
     # reward weights are a free dict: `task.rewards={correct: 1.0, format: 0.5}` may add names on the
     # command line (Hydra makes the whole config struct, which would refuse any new key there)
     OmegaConf.set_struct(node.task.rewards, False)
+    OmegaConf.set_struct(node.task.eval, False)  # eval set names too (each set's keys stay typed)
     cs = ConfigStore.instance()
     cs.store(name="rlx_schema", node=node)
     if not OmegaConf.has_resolver("rlx_keys"):  # `--help` lists every key with its meaning

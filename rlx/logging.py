@@ -63,6 +63,9 @@ class NullLogger:
     def log(self, metrics: dict, step: int) -> None:
         pass
 
+    def log_completions(self, rows: list[dict] | None, step: int) -> None:
+        pass
+
     def summary(self, values: dict) -> None:
         pass
 
@@ -79,10 +82,19 @@ class RunLogger:
             raise ValueError(f"logger.mode: '{lc.mode}' is not one of {MODES}")
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
+        self.completions_path = self.run_dir / "completions.jsonl"
+        self.completions_cap = int(lc.get("completions_max_mb", 5.0) * 2**20)  # bytes
+        self._table_bytes = 0  # completion-table bytes sent to wandb so far (capped like the file)
         if resume_step is not None and self.path.exists():
             self._truncate_after(resume_step)
         elif self.path.exists() and self.path.stat().st_size > 0:  # a fresh start in a used dir
-            self._set_aside()
+            self._set_aside(self.path)
+        if resume_step is not None and self.completions_path.exists():  # rows after the checkpoint come again
+            kept = [ln for ln in self.completions_path.read_text().splitlines(keepends=True)
+                    if ln.strip() and json.loads(ln)["step"] <= resume_step]
+            write_text_atomic(self.completions_path, "".join(kept))
+        elif resume_step is None and self.completions_path.exists():
+            self._set_aside(self.completions_path)
         self.sha = git_sha(code_dir)
         self.wandb = None
         self.run_id = run_id
@@ -99,16 +111,16 @@ class RunLogger:
             )
             self.run_id = self.wandb.id
 
-    def _set_aside(self) -> None:
+    def _set_aside(self, path: Path) -> None:
         """An earlier start that never reached a checkpoint left rows here: keep them, under another
         name, so this start logs each step once and nothing is lost."""
         n = 1
-        while (self.run_dir / f"metrics.prev-{n}.jsonl").exists():
+        while (self.run_dir / f"{path.stem}.prev-{n}.jsonl").exists():
             n += 1
-        dest = self.run_dir / f"metrics.prev-{n}.jsonl"
-        os.replace(self.path, dest)
-        say(f"[run] {self.path} held rows of an earlier start that reached no checkpoint; kept as {dest.name}, "
-             f"this start writes a fresh {self.path.name}")
+        dest = self.run_dir / f"{path.stem}.prev-{n}.jsonl"
+        os.replace(path, dest)
+        say(f"[run] {path} held rows of an earlier start that reached no checkpoint; kept as {dest.name}, "
+             f"this start writes a fresh {path.name}")
 
     def _truncate_after(self, step: int) -> None:
         """On resume, drop lines logged after the checkpoint (they will be logged again), atomically.
@@ -124,6 +136,52 @@ class RunLogger:
             f.write(json.dumps(row) + "\n")
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def log_completions(self, rows: list[dict] | None, step: int) -> None:
+        """A completion table (rlx.completions): appended to completions.jsonl and logged to wandb as
+        `completions`. Size-bounded by logger.completions_max_mb: the file keeps the newest dumps (when
+        a dump would pass the cap, the oldest are dropped until the file is at most half of it); wandb
+        gets tables until their total reaches the cap (then none, said once: its history cannot shrink)."""
+        if not rows:
+            return
+        lines = [json.dumps({k: _jsonable(v) for k, v in r.items()}) + "\n" for r in rows]
+        new = sum(len(ln.encode()) for ln in lines)
+        while lines and new > self.completions_cap:  # one dump over the whole cap: its first rows only
+            new -= len(lines.pop().encode())
+        size = self.completions_path.stat().st_size if self.completions_path.exists() else 0
+        if size + new > self.completions_cap:
+            self._drop_oldest_completions(self.completions_cap // 2 - new)
+        with self.completions_path.open("a") as f:
+            f.writelines(lines)
+        if self.wandb is None:
+            return
+        if self._table_bytes + new > self.completions_cap:
+            if self._table_bytes <= self.completions_cap:
+                say(f"[log] step {step}: completion tables sent to wandb reached logger.completions_max_mb="
+                    f"{self.completions_cap / 2**20:g}; no more tables go to wandb ({self.completions_path.name} "
+                    f"keeps the newest)")
+                self._table_bytes = self.completions_cap + 1
+            return
+        import wandb
+
+        self._table_bytes += new
+        cols = list(rows[0])
+        table = wandb.Table(columns=cols, data=[[r.get(c) for c in cols] for r in rows[: len(lines)]])
+        self.wandb.log({"completions": table}, step=step)
+
+    def _drop_oldest_completions(self, budget: int) -> None:
+        """Keep the newest whole dumps of completions.jsonl that fit in `budget` bytes (atomic rewrite)."""
+        by_step: dict[int, list[str]] = {}
+        for ln in self.completions_path.read_text().splitlines(keepends=True):
+            if ln.strip():
+                by_step.setdefault(json.loads(ln)["step"], []).append(ln)
+        kept, used = [], 0
+        for step in sorted(by_step, reverse=True):
+            n = sum(len(ln.encode()) for ln in by_step[step])
+            if used + n > budget:
+                break
+            kept[:0], used = by_step[step], used + n
+        write_text_atomic(self.completions_path, "".join(kept))
 
     def summary(self, values: dict) -> None:
         values = {k: _jsonable(v) for k, v in values.items()}

@@ -33,7 +33,9 @@ from rlx import device as D
 from rlx import distributed as dist
 from rlx.algo import NonFiniteError  # noqa: F401  (re-exported: the loop's refusal of a bad update)
 from rlx.checkpoint import Checkpointer
+from rlx.completions import completion_rows
 from rlx.config import check_values, register_configs
+from rlx.evaluation import evaluate
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import NullLogger, RunLogger, read_metrics, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params
@@ -80,6 +82,7 @@ class Parts:
     compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
     t_run: float = field(default_factory=time.time)
     wall_offset: float = 0.0
+    completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
 
 
 def check(cfg) -> D.Trainer:
@@ -253,25 +256,6 @@ def save(p: Parts, step: int, run_id: str | None) -> None:
     p.world.barrier()
 
 
-def evaluate(p: Parts, step: int) -> dict:
-    """Greedy accuracy and mean@k on the held-out split, through the rollout engine, never under AQN noise."""
-    cfg = p.cfg
-    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # own stream: eval never shifts training RNG
-    ex = p.task.eval
-    prompts = [e.prompt for e in ex]
-    sp = p.sampling.but(max_tokens=cfg.rollout.eval_max_new_tokens or cfg.rollout.max_new_tokens)
-    with p.schedule.serving(p.policy, step) as engine:  # the current policy, whatever the schedule samples from
-        greedy = engine.generate(prompts, 1, sp.but(temperature=0.0), g)
-        out = {"val/acc": sum(p.task.passed(p.task.score(ex, greedy.texts))) / len(ex)}
-        k = cfg.rollout.eval_k
-        if k > 0:
-            sampled = engine.generate(prompts, k, sp.but(temperature=cfg.rollout.eval_temperature), g)
-            ex_k = [e for e in ex for _ in range(k)]
-            out["val/mean_at_k"] = sum(p.task.passed(p.task.score(ex_k, sampled.texts))) / len(ex_k)
-            out["val/k"] = k
-    return out
-
-
 def score(p: Parts, examples, batch):
     """Rewards of a rollout batch: per reward function, weighted total (+ DAPO overlong shaping), pass flags."""
     per_fn = p.task.score([examples[i] for i in batch.group.tolist()], batch.texts)
@@ -299,7 +283,7 @@ def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, examples, step: in
     m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
          "train/reward/mean": rewards.mean().item(),
          "train/reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-         **{f"train/rewards/{name}": sum(v) / len(v) for name, v in per_fn.items()},
+         **p.task.reward_metrics(per_fn),
          "train/pass_rate": passed.mean().item(),
          "response_length/mean": batch.lengths.float().mean().item(),
          "response_length/clip_ratio": batch.truncated.float().mean().item()}
@@ -323,6 +307,7 @@ def rl_step(p: Parts, step: int) -> dict:
     examples, batch = generate(p, cfg.rollout.prompts_per_step, step, m)  # AQN: noisy sampling policy only
     per_fn, rewards, passed = score(p, examples, batch)
     m.update(rollout_metrics(p, batch, rewards, per_fn, passed, examples, step))
+    p.completions = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
     if step == p.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
         _log(f"[warn] {100 * m['response_length/clip_ratio']:.0f}% of the completions hit rollout.max_new_tokens="
@@ -426,6 +411,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> d
                      + f" ({m['timing_s/eval']:.1f}s)")
             m["timing_s/step"] = time.time() - t_step
             logger.log(m, step=step)
+            logger.log_completions(p.completions, step)
             last_acc = m.get("val/acc", last_acc)
             if progress is not None:
                 progress.update(1)

@@ -13,34 +13,55 @@ from rlx.models.tokenizer import build_char_tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_hf(model_cfg, log=print):
-    """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _hf_path(model_cfg) -> Path:
     if not model_cfg.path:
         raise ValueError("model.source=hf needs model.path (a local directory with a causal LM and its tokenizer)")
     path = Path(model_cfg.path).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model.path: no config.json in {path}")
+    return path
+
+
+def load_tokenizer(model_cfg):
+    """The policy's tokenizer (no model weights), with model.chat_template set on it when given."""
+    if model_cfg.source == "tiny":
+        tok = build_char_tokenizer()
+    elif model_cfg.source == "hf":
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(_hf_path(model_cfg), local_files_only=True)
+        tok.padding_side = "left"
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+    else:
+        raise ValueError(f"model.source: unknown source '{model_cfg.source}'; expected tiny or hf")
+    if model_cfg.get("chat_template"):
+        tok.chat_template = model_cfg.chat_template
+    return tok
+
+
+def load_hf(model_cfg, log=print, tok=None):
+    """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
+    from transformers import AutoModelForCausalLM
+
+    path = _hf_path(model_cfg)
     if model_cfg.dtype not in DTYPES:
         raise ValueError(f"model.dtype: '{model_cfg.dtype}' is not one of {sorted(DTYPES)}")
-    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    tok.padding_side = "left"
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+    tok = load_tokenizer(model_cfg) if tok is None else tok
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True)
     log(f"[model] loaded {type(model).__name__} from {path}")
     return model.eval(), tok
 
 
 def load_base(cfg, task, log=print):
-    """(model, tokenizer) of the base policy before quantization and LoRA."""
+    """(model, tokenizer) of the base policy before quantization and LoRA. Chat prompts are rendered
+    with the tokenizer first: the tiny base's SFT trains on the rendered prompts."""
+    tok = load_tokenizer(cfg.model)
+    task.render_chat(tok)
     if cfg.model.source == "tiny":
-        model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, log)
+        model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, log, tok)
         return model, tok
-    if cfg.model.source == "hf":
-        return load_hf(cfg.model, log)
-    raise ValueError(f"model.source: unknown source '{cfg.model.source}'; expected tiny or hf")
+    return load_hf(cfg.model, log, tok)
 
 
 def attach_lora(model, lora_cfg, quantized: bool = False):

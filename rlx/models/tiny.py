@@ -41,7 +41,10 @@ def tiny_config(cfg, vocab_size: int, tok) -> Qwen2Config:
 def cache_key(model_cfg, task_cfg) -> str:
     m = OmegaConf.to_container(model_cfg, resolve=False) if OmegaConf.is_config(model_cfg) else dict(model_cfg)
     m = {k: v for k, v in m.items() if k not in ("lora", "cache_dir", "path", "dtype")}
+    if m.get("chat_template") is None:  # keys added later leave the keys of existing caches unchanged
+        m.pop("chat_template", None)
     t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
+    t.pop("eval", None)  # the eval sets do not shape the SFT base (it trains on the training split)
     blob = json.dumps({"v": CACHE_VERSION, "model": m, "task": t}, sort_keys=True)  # model.sft.seed is in m
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -96,9 +99,9 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     return {"sft/final_loss": loss_v}
 
 
-def load_or_build_tiny(model_cfg, task_cfg, task, log=print):
+def load_or_build_tiny(model_cfg, task_cfg, task, log=print, tok=None):
     """The SFT-warm-started tiny base for (model config, task config), built once and cached."""
-    tok = build_char_tokenizer()
+    tok = build_char_tokenizer() if tok is None else tok
     key = cache_key(model_cfg, task_cfg)
     cache = Path(model_cfg.cache_dir).expanduser().resolve() / f"tiny-{key}"  # absolute: adapters record it as their base
     if not (cache / "config.json").is_file():

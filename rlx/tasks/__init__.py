@@ -1,17 +1,30 @@
 """Tasks: synthetic generators and local-file datasets, chosen by `task.name`."""
 
 from rlx.tasks.base import Example, Task
-from rlx.tasks.jsonl import JsonlTask
+from rlx.tasks.files import FileTask
 from rlx.tasks.rewards import REWARDS, register_reward
 from rlx.tasks.synthetic import Arith, Multiply
+from rlx.tasks.user_rewards import check_reward_specs
 
-TASKS = {"arith": Arith, "multiply": Multiply, "jsonl": JsonlTask}
+TASKS = {"arith": Arith, "multiply": Multiply, "file": FileTask, "jsonl": FileTask}  # jsonl: the file task's old name
+FILE_TASKS = ("file", "jsonl")
+
+
+def check_task_config(cfg) -> None:
+    """What can be checked of task.* without reading data: the task name and every reward entry
+    (registered, or an importable function with TRL's signature). Called before any model is built."""
+    if cfg.name not in TASKS:
+        raise ValueError(f"task.name: unknown task '{cfg.name}'; registered: {sorted(TASKS)}")
+    check_reward_specs(cfg.rewards)
 
 
 def build_task(cfg) -> Task:
-    if cfg.name not in TASKS:
-        raise ValueError(f"task.name: unknown task '{cfg.name}'; registered: {sorted(TASKS)}")
-    return TASKS[cfg.name](cfg)
+    """The task with its splits and eval sets loaded and checked against the reward functions' columns."""
+    check_task_config(cfg)
+    task = TASKS[cfg.name](cfg)
+    task.load_eval_sets()
+    task.check_columns()
+    return task
 
 
-__all__ = ["Example", "Task", "TASKS", "REWARDS", "register_reward", "build_task"]
+__all__ = ["Example", "Task", "TASKS", "FILE_TASKS", "REWARDS", "register_reward", "build_task", "check_task_config"]

@@ -1,12 +1,19 @@
-"""Task interface: seeded train / held-out splits, a deterministic sampler with a resumable
-position, and scoring through named reward functions (rlx.tasks.rewards)."""
+"""Task interface: seeded train / held-out splits (and named eval sets), a deterministic sampler with
+a resumable position, and scoring through named reward functions (rlx.tasks.rewards: registered;
+rlx.tasks.user_rewards: by import path)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from rlx.tasks.rewards import REWARDS
+from rlx.tasks.user_rewards import UserRewards, check_reward_specs, is_import_path, load_reward, required_columns
+
+EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # becomes part of a metric key: val/<name>/acc
 
 
 @dataclass(frozen=True)
@@ -15,6 +22,13 @@ class Example:
     prompt: str  # what the policy sees
     answer: str  # gold final answer (what rewards compare against)
     solution: str = ""  # SFT target completion (defaults to the answer)
+    # the dataset's other columns (what import-path reward functions get as keyword arguments)
+    columns: dict = field(default_factory=dict, hash=False)
+    messages: list | None = field(default=None, hash=False)  # a chat prompt; `prompt` is its rendering
+
+    def __post_init__(self):
+        if not self.columns:  # a synthetic example: its one column besides the prompt is the answer
+            object.__setattr__(self, "columns", {"answer": self.answer})
 
     @property
     def target(self) -> str:
@@ -29,13 +43,12 @@ class Task:
     def __init__(self, cfg):
         self.cfg = cfg
         self.train: list[Example] = []
-        self.eval: list[Example] = []
-        if not cfg.rewards:
-            raise ValueError(f"task.rewards is empty; name at least one reward function, e.g. task.rewards="
-                             f"{{correct: 1.0}} (registered: {sorted(REWARDS)})")
-        unknown = [r for r in cfg.rewards if r not in REWARDS]
-        if unknown:
-            raise ValueError(f"task.rewards: unknown reward function(s) {unknown}; registered: {sorted(REWARDS)}")
+        self.eval: list[Example] = []  # every held-out example (all eval sets)
+        self.eval_sets: dict[str, list[Example]] = {}  # name -> examples (filled by `load_eval_sets`)
+        self.names = check_reward_specs(cfg.rewards)  # {task.rewards entry: logged name}
+        self.weights = {self.names[spec]: w for spec, w in cfg.rewards.items()}
+        user = [spec for spec in cfg.rewards if is_import_path(spec)]
+        self.user_rewards = UserRewards(user, cfg.get("reward_timeout_s", 5.0)) if user else None
         self.verifier = None
         if "math_verify" in cfg.rewards:
             from rlx.tasks.verify import configure
@@ -45,6 +58,68 @@ class Task:
         self._pos = 0
         self._order: list[int] | None = None
         self._shuffle_seed = 0
+
+    # ---- eval sets, chat prompts, columns (called by build_task / before the model is built) ---------
+    @property
+    def named_eval(self) -> bool:
+        """Whether task.eval names the eval sets (metrics val/<name>/...) or the one held-out split is used."""
+        return bool(self.cfg.get("eval"))
+
+    def load_eval_sets(self) -> None:
+        """task.eval {name: {path, n, ...}} -> self.eval_sets; empty: one set, the task's held-out split."""
+        from rlx.tasks.files import load_split
+
+        if not self.named_eval:
+            self.eval_sets = {"default": self.eval}
+            return
+        own, sets = self.eval, {}
+        for name, spec in self.cfg.eval.items():
+            if not EVAL_SET_NAME.match(name):
+                raise ValueError(f"task.eval: set name '{name}' must match {EVAL_SET_NAME.pattern} (it becomes "
+                                 f"the metric key val/<name>/acc)")
+            if spec.n < 0:
+                raise ValueError(f"task.eval.{name}.n must be >= 0 (0 = every row), got {spec.n}")
+            if spec.path is None:
+                examples = own
+            else:
+                fields = {k: spec[k] if spec[k] is not None else self.cfg.get(k)
+                          for k in ("question_field", "answer_field", "answer_regex", "prompt_template")}
+                examples = load_split(spec.path, _Fields(**fields), f"task.eval.{name}.path")
+            sets[name] = examples[: spec.n] if spec.n else examples
+        self.eval_sets = sets
+        self.eval = [e for examples in sets.values() for e in examples]
+
+    def check_columns(self) -> None:
+        """Each import-path reward's required parameters are columns of every split (else: which one lacks it)."""
+        splits = {"the training split": self.train, **{f"eval set '{n}'": ex for n, ex in self.eval_sets.items()}}
+        for spec in self.cfg.rewards:
+            if not is_import_path(spec):
+                continue
+            need = required_columns(load_reward(spec))
+            for where, examples in splits.items():
+                have = set(examples[0].columns) if examples else set()
+                missing = [c for c in need if c not in have]
+                if missing:
+                    raise ValueError(f"task.rewards: '{spec}' needs the column(s) {missing}, which {where} lacks "
+                                     f"(its columns besides the prompt: {sorted(have)})")
+
+    def render_chat(self, tok) -> None:
+        """Chat prompts (`messages`) -> text through the tokenizer's chat template, with the generation prompt."""
+        chat = [e for e in self.train + self.eval if e.messages is not None]
+        if not chat:
+            return
+        if not getattr(tok, "chat_template", None):
+            raise ValueError(f"task: the prompts in column '{self.cfg.question_field}' are chat messages but the "
+                             f"model's tokenizer has no chat template; set model.chat_template (a Jinja template, "
+                             f"as in a tokenizer_config.json) or use string prompts")
+
+        def render(examples: list[Example]) -> list[Example]:
+            return [e if e.messages is None else dataclasses.replace(e, prompt=tok.apply_chat_template(
+                e.messages, add_generation_prompt=True, tokenize=False)) for e in examples]
+
+        self.train = render(self.train)
+        self.eval_sets = {name: render(ex) for name, ex in self.eval_sets.items()}
+        self.eval = render(self.eval)
 
     # ---- sampling -------------------------------------------------------------------------
     def set_seed(self, seed: int) -> None:
@@ -86,19 +161,44 @@ class Task:
 
     # ---- scoring --------------------------------------------------------------------------
     def score(self, examples: list[Example], completions: list[str]) -> dict[str, list[float]]:
-        """Each configured reward function on each (example, completion); unweighted values."""
+        """{logged name: unweighted value per (example, completion)}; NaN where an import-path function
+        returned None (it does not apply to that completion)."""
         assert len(examples) == len(completions)
-        return {name: [REWARDS[name](c, ex) for ex, c in zip(examples, completions)] for name in self.cfg.rewards}
+        out, kwargs = {}, None
+        for spec in self.cfg.rewards:
+            if spec in REWARDS:
+                out[spec] = [REWARDS[spec](c, ex) for ex, c in zip(examples, completions)]
+                continue
+            if kwargs is None:  # TRL's convention: completions, prompts and every column, one list each
+                cols = dict.fromkeys(k for e in examples for k in e.columns)
+                kwargs = {"completions": list(completions), "prompts": [e.prompt for e in examples],
+                          **{k: [e.columns.get(k) for e in examples] for k in cols}}
+            out[self.names[spec]] = [math.nan if v is None else v for v in self.user_rewards(spec, kwargs)]
+        return out
 
     def total_reward(self, per_fn: dict[str, list[float]]) -> list[float]:
+        """Weighted sum per completion; a NaN (None: does not apply) adds nothing."""
         n = len(next(iter(per_fn.values())))
-        return [sum(self.cfg.rewards[k] * per_fn[k][i] for k in per_fn) for i in range(n)]
+        return [sum(self.weights[k] * per_fn[k][i] for k in per_fn if not math.isnan(per_fn[k][i])) for i in range(n)]
+
+    @staticmethod
+    def reward_metrics(per_fn: dict[str, list[float]]) -> dict[str, float]:
+        """train/rewards/<name>: each function's mean over the completions it applies to (NaN if none)."""
+        out = {}
+        for name, values in per_fn.items():
+            applied = [v for v in values if not math.isnan(v)]
+            out[f"train/rewards/{name}"] = sum(applied) / len(applied) if applied else math.nan
+        return out
 
     def reward_stats(self) -> dict[str, int]:
-        """Bounded-reward events since the last call: math_verify timeouts, refused inputs, worker errors."""
-        if self.verifier is None:
-            return {}
-        return {f"train/reward_{k}": v for k, v in self.verifier.pop_stats().items()}
+        """Bounded-reward events since the last call (math_verify and import-path functions together):
+        timeouts, refused inputs, worker errors."""
+        stats: dict[str, int] = {}
+        for worker in (self.verifier, self.user_rewards):
+            if worker is not None:
+                for k, v in worker.pop_stats().items():
+                    stats[f"train/reward_{k}"] = stats.get(f"train/reward_{k}", 0) + v
+        return stats
 
     @staticmethod
     def passed(per_fn: dict[str, list[float]]) -> list[bool]:
@@ -108,4 +208,14 @@ class Task:
         n = len(next(iter(per_fn.values())))
         if checks:
             return [any(c[i] >= 1.0 for c in checks) for i in range(n)]
-        return [sum(per_fn[k][i] for k in per_fn) > 0 for i in range(n)]
+        return [sum(per_fn[k][i] for k in per_fn if not math.isnan(per_fn[k][i])) > 0 for i in range(n)]
+
+
+@dataclass
+class _Fields:
+    """The column mapping of one eval set (task.eval.<name>, unset keys taken from task.*)."""
+
+    question_field: str
+    answer_field: str
+    answer_regex: str | None
+    prompt_template: str

@@ -34,7 +34,8 @@ def too_complex(text: str) -> bool:
     return len(text) > MAX_CHARS or brace_depth(text) > MAX_DEPTH
 
 
-def _worker(conn, mem_mb: int) -> None:  # runs in the child process
+def cap_memory(mem_mb: int) -> None:
+    """Cap this (worker) process's address space: a blow-up ends in MemoryError, not swapping."""
     try:
         import resource
 
@@ -42,6 +43,10 @@ def _worker(conn, mem_mb: int) -> None:  # runs in the child process
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):  # platforms without RLIMIT_AS: time bound only
         pass
+
+
+def _worker(conn, mem_mb: int) -> None:  # runs in the child process
+    cap_memory(mem_mb)
     from math_verify import parse, verify
 
     while True:
@@ -58,12 +63,16 @@ def _worker(conn, mem_mb: int) -> None:  # runs in the child process
             conn.send(("bounded", type(e).__name__))
 
 
-class BoundedVerifier:
-    """`verifier(gold, completion) -> 1.0 | 0.0`, each call at most ~timeout_s of wall time."""
+class BoundedWorker:
+    """A spawn worker process (`target(conn, mem_mb)`) that answers one message at a time; each
+    answer is awaited at most `timeout_s` (the first also gets `startup_s` for the worker's imports).
+    Past the deadline the worker is killed (restarted on the next call) and the call returns None."""
 
-    def __init__(self, timeout_s: float = 5.0, mem_mb: int = 4096):
+    def __init__(self, target, timeout_s: float = 5.0, mem_mb: int = 4096, name: str = "rlx-worker",
+                 startup_s: float = 60.0):
         if timeout_s <= 0:
             raise ValueError(f"task.reward_timeout_s must be > 0, got {timeout_s}")
+        self.target, self.name, self.startup_s = target, name, float(startup_s)
         self.timeout_s, self.mem_mb = float(timeout_s), int(mem_mb)
         self._proc = None
         self._conn = None
@@ -73,7 +82,7 @@ class BoundedVerifier:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker, args=(child, self.mem_mb), daemon=True, name="rlx-math-verify")
+        self._proc = ctx.Process(target=self.target, args=(child, self.mem_mb), daemon=True, name=self.name)
         self._proc.start()
         child.close()
         self._conn = parent
@@ -86,33 +95,32 @@ class BoundedVerifier:
             self._conn.close()
         self._proc = self._conn = None
 
-    def __call__(self, gold: str, completion: str) -> float:
-        if too_complex(completion):
-            self.stats["refused"] += 1
-            return 0.0
+    @property
+    def warm(self) -> bool:
+        """The worker is running and has answered once since it started (its imports are done)."""
+        return self._warm and self._proc is not None and self._proc.is_alive()
+
+    def ask(self, msg) -> tuple | None:
+        """The worker's answer to `msg`, or None after a timeout or a dead worker (counted in stats)."""
         if self._proc is None or not self._proc.is_alive():
             self._kill()
             self._start()
-        self._conn.send((gold, completion))
-        # the first call also pays the worker's start-up (imports): give it a longer deadline
-        wait = self.timeout_s + (0.0 if self._warm else 60.0)
+        self._conn.send(msg)
+        wait = self.timeout_s + (0.0 if self._warm else self.startup_s)
         if not self._conn.poll(wait):
             self._kill()  # a hard stop: the computation may be stuck inside C
             self._warm = False
             self.stats["timeouts"] += 1
-            return 0.0
+            return None
         try:
-            kind, value = self._conn.recv()
+            answer = self._conn.recv()
         except EOFError:  # the worker died (e.g. killed by the memory limit)
             self._kill()
             self._warm = False
             self.stats["errors"] += 1
-            return 0.0
+            return None
         self._warm = True
-        if kind == "bounded":
-            self.stats["errors"] += 1
-            return 0.0
-        return value
+        return answer
 
     def pop_stats(self) -> dict[str, int]:
         out, self.stats = self.stats, {"timeouts": 0, "refused": 0, "errors": 0}
@@ -132,6 +140,26 @@ class BoundedVerifier:
             self.close()
         except Exception:
             pass
+
+
+class BoundedVerifier(BoundedWorker):
+    """`verifier(gold, completion) -> 1.0 | 0.0`, each call at most ~timeout_s of wall time."""
+
+    def __init__(self, timeout_s: float = 5.0, mem_mb: int = 4096):
+        super().__init__(_worker, timeout_s, mem_mb, name="rlx-math-verify")
+
+    def __call__(self, gold: str, completion: str) -> float:
+        if too_complex(completion):
+            self.stats["refused"] += 1
+            return 0.0
+        answer = self.ask((gold, completion))
+        if answer is None:  # timed out or died: scored 0 (counted)
+            return 0.0
+        kind, value = answer
+        if kind == "bounded":
+            self.stats["errors"] += 1
+            return 0.0
+        return value
 
 
 _DEFAULT: BoundedVerifier | None = None

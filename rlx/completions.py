@@ -1,0 +1,38 @@
+"""Completion tables: what the policy wrote, every `logger.completions_every` steps.
+
+The rows are the first `logger.completions_rows` rows of the step's generated batch (whole groups
+first, as the batch is ordered; no random draw, so the training RNG is untouched): prompt,
+completion, total reward, each reward function's value, the advantage `compute_advantages` gives
+that row within the generated batch (before dynamic sampling refills or filters it), and whether it
+passed. RunLogger.log_completions writes them (completions.jsonl + a wandb Table, size-bounded).
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_CELL_CHARS = 4000  # longer prompts / completions are cut (the cut is marked) so one row stays small
+
+
+def clip(text: str, limit: int = MAX_CELL_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"...[{len(text) - limit} more chars]"
+
+
+def completion_rows(cfg, step: int, examples, batch, per_fn: dict, rewards, passed) -> list[dict] | None:
+    """The step's table rows, or None when no table is due (logger.completions_every)."""
+    every = cfg.logger.completions_every
+    if every <= 0 or step % every != 0:
+        return None
+    from rlx.algo import compute_advantages
+
+    adv = compute_advantages(rewards, batch.group, cfg.algo)  # [N]
+    n = min(cfg.logger.completions_rows, len(batch.texts))
+    rows = []
+    for i in range(n):
+        g = int(batch.group[i])
+        row = {"step": step, "group": g, "prompt": clip(examples[g].prompt), "completion": clip(batch.texts[i]),
+               "reward": float(rewards[i]), "advantage": float(adv[i]), "passed": bool(passed[i])}
+        for name, values in per_fn.items():  # None (NaN: the function does not apply) stays None
+            row[f"reward/{name}"] = None if math.isnan(values[i]) else float(values[i])
+        rows.append(row)
+    return rows
