@@ -14,7 +14,6 @@ from hydra.core.config_store import ConfigStore
 
 from rlx.algo.config import AlgoConfig
 from rlx.extrapolation.config import ExtrapolationConfig
-from rlx.logging import MODES as LOGGER_MODES
 from rlx.noise.config import NoiseConfig
 from rlx.quant.config import QuantConfig
 from rlx.scaling.config import ScalingConfig
@@ -253,50 +252,6 @@ def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
         if isinstance(child, DictConfig) and isinstance(sub, DictConfig) and is_dataclass(sub._metadata.object_type):
             out += unknown_keys(child, sub, full + ".")
     return out
-
-
-def check_values(cfg) -> None:
-    """Values the schema's types cannot rule out, refused before any model is built (naming the key)."""
-    unknown = unknown_keys(cfg)
-    if unknown:
-        raise ValueError(f"unknown config key(s) {unknown}: not in rlx's schema, so nothing would read them "
-                         f"(a `+key=value` override adds keys; check the spelling, `--help` lists every key)")
-    from rlx.tasks import FILE_TASKS, check_task_config
-
-    r, a, m, t = cfg.rollout, cfg.algo, cfg.model, cfg.task
-    rules = [
-        (r.temperature > 0, "rollout.temperature", "must be > 0 for training rollouts (behaviour log-probs "
-                                                    "of a greedy policy are not a distribution)"),
-        (r.eval_temperature >= 0, "rollout.eval_temperature", "must be >= 0"),
-        (r.group_size >= 2, "rollout.group_size", "must be >= 2: advantages are rewards centred on their group, "
-                                                  "so a group of one always has advantage 0"),
-        (r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1"),
-        (r.eval_k >= 0, "rollout.eval_k", "must be >= 0"),
-        (r.batch_size >= 1, "rollout.batch_size", "must be >= 1"),
-        (a.lr >= 0, "algo.lr", "must be >= 0"),
-        (a.weight_decay >= 0, "algo.weight_decay", "must be >= 0"),
-        (a.grad_clip > 0, "algo.grad_clip", "must be > 0 (the max gradient norm)"),
-        (a.warmup_steps >= 0, "algo.warmup_steps", "must be >= 0"),
-        (m.lora.r >= 1, "model.lora.r", "must be >= 1"),
-        (m.lora.alpha > 0, "model.lora.alpha", "must be > 0"),
-        (0 <= m.lora.dropout < 1, "model.lora.dropout", "must be in [0, 1)"),
-        (cfg.logger.mode in LOGGER_MODES, "logger.mode", f"must be one of {list(LOGGER_MODES)}"),
-        (t.name in FILE_TASKS or t.n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task"),
-        (t.name in FILE_TASKS or t.n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all "
-                                                               "rows only for file tasks)"),
-        (t.n_train >= 0, "task.n_train", "must be >= 0"),
-        (t.n_eval >= 0, "task.n_eval", "must be >= 0"),
-        (t.reward_timeout_s > 0, "task.reward_timeout_s", "must be > 0"),
-        (cfg.logger.completions_every >= 0, "logger.completions_every", "must be >= 0 (0 = no completion tables)"),
-        (cfg.logger.completions_rows >= 1, "logger.completions_rows", "must be >= 1"),
-        (cfg.logger.completions_max_mb > 0, "logger.completions_max_mb", "must be > 0"),
-    ]
-    for ok, key, why in rules:
-        if not ok:
-            from omegaconf import OmegaConf
-
-            raise ValueError(f"{key} {why}; got {OmegaConf.select(cfg, key)!r}")
-    check_task_config(t)  # reward entries: registered, or importable with TRL's signature (no data read yet)
 
 
 def _field_comments(cls) -> dict[str, str]:

@@ -25,7 +25,7 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from rlx import algo as A
@@ -34,15 +34,17 @@ from rlx import distributed as dist
 from rlx.algo import NonFiniteError  # noqa: F401  (re-exported: the loop's refusal of a bad update)
 from rlx.checkpoint import Checkpointer
 from rlx.completions import completion_rows
-from rlx.config import check_values, register_configs
+from rlx.config import register_configs
 from rlx.evaluation import evaluate
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import NullLogger, RunLogger, read_metrics, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params
 from rlx.noise import build_noise
-from rlx.rollout import SamplingParams, build_engine, check_engine
+from rlx.preflight import check
+from rlx.resume import resume, save
+from rlx.rollout import SamplingParams, build_engine
 from rlx.rollout.interrupt import phrase_ids
-from rlx.rollout.schedule import build_schedule, check_schedule_config
+from rlx.rollout.schedule import build_schedule
 from rlx.tasks import build_task
 
 register_configs()
@@ -82,49 +84,12 @@ class Parts:
     compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
     t_run: float = field(default_factory=time.time)
     wall_offset: float = 0.0
+
+    def compute_now(self) -> dict:
+        """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
+        self.compute["gpu_hours"] = self.trainer.num_devices * (self.wall_offset + time.time() - self.t_run) / 3600.0
+        return {f"perf/compute/{k}": v for k, v in self.compute.items()}
     completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
-
-
-def check(cfg) -> D.Trainer:
-    """Every value the loop needs, checked before any model is built (naming the key)."""
-    check_values(cfg)
-    check_distributed(cfg, dist.launched_world_size())
-    A.check_config(cfg.algo)
-    build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
-    build_extrapolator(cfg.extrapolation, cfg.train.steps)
-    for key in ("eval_every", "ckpt_every", "log_every"):
-        if cfg.train[key] < 1:
-            raise ValueError(f"train.{key} must be >= 1, got {cfg.train[key]}")
-    if cfg.train.steps < 0:
-        raise ValueError(f"train.steps must be >= 0, got {cfg.train.steps}")
-    if cfg.train.resume not in ("auto", "never"):
-        raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
-    SamplingParams.from_config(cfg.rollout)
-    check_schedule_config(cfg.rollout)
-    trainer = D.resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
-    check_engine(cfg)
-    return trainer
-
-
-def check_distributed(cfg, world_size: int) -> None:
-    """What N data-parallel ranks cannot do (yet), refused before any work."""
-    if world_size <= 1:
-        return
-    if cfg.rollout.mode == "async":
-        raise ValueError(f"rollout.mode=async with {world_size} processes (torchrun): every rank would fill its own queue "
-                         f"and take batches at its own moments, so the ranks' batches would differ. Use rollout.mode=stale "
-                         f"(generation with the policy of exactly k updates ago) or sync under torchrun")
-    if cfg.trainer.strategy == "fsdp":
-        for bad, what in ((cfg.rollout.engine != "hf", f"rollout={cfg.rollout.engine} (the engine would need whole weights "
-                                                       f"exported from the shards)"),
-                          (cfg.rollout.mode != "sync", f"rollout.mode={cfg.rollout.mode} (old adapter versions are "
-                                                       f"loaded into sharded tensors)"),
-                          (cfg.noise.type != "none", f"noise={cfg.noise.type} (AQN perturbs whole norm weights)"),
-                          (cfg.extrapolation.type != "none", f"extrapolation={cfg.extrapolation.type} (NExt's rank-1 "
-                                                             f"records need whole adapter matrices)")):
-            if bad:
-                raise ValueError(f"trainer.strategy=fsdp with {what} is not supported; use trainer.strategy=ddp "
-                                 f"(replicated weights), which supports it")
 
 
 def build(cfg, run_dir: Path, world: dist.World | None = None) -> Parts:
@@ -156,7 +121,8 @@ def build(cfg, run_dir: Path, world: dist.World | None = None) -> Parts:
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
               n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp)
-    max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in task.eval[:64] + task.train[:64])
+    probe = task.train[:64] + [e for ex in task.eval_sets.values() for e in ex[:64]]  # the longest prompts it will see
+    max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in probe)
     max_new = max(cfg.rollout.max_new_tokens + _interrupt_tokens(cfg.rollout, tok), cfg.rollout.eval_max_new_tokens or 0)
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
@@ -179,81 +145,6 @@ def _interrupt_tokens(rollout, tok) -> int:
 
 def _warmup(s: int, warm: int) -> float:
     return min(1.0, (s + 1) / warm)
-
-
-def resume(p: Parts, found: tuple | None) -> None:
-    """Restore a run from `found` = (path, state) of Checkpointer.load_latest (the adapter is already in the
-    policy; a corrupt checkpoint was logged and skipped, all corrupt: CheckpointError)."""
-    if found is None:
-        return
-    latest, st = found
-    p.dp.load_optimizer_state(p.policy, p.opt, st["optimizer"])
-    p.sched.load_state_dict(st["scheduler"])
-    D.set_rng_state(st["rng"])
-    p.gen.set_state(st["rollout_rng"])
-    p.task.load_state_dict(st["task"])
-    if p.curriculum is not None:
-        p.curriculum.load_state_dict(st["curriculum"])
-    if p.extrap is not None:
-        p.extrap.load_state_dict(st["extrapolator"])
-    if st.get("schedule"):  # stale mode: the last k + 1 policy versions (async: the queue is not kept)
-        p.schedule.load_state_dict(st["schedule"])
-    changed = config_changes(st.get("config"), p.cfg)
-    if changed:
-        hydra_cfg = p.run_dir / ".hydra" / "config.yaml"
-        if hydra_cfg.is_file() and p.world.is_main:  # Hydra already wrote the refused settings there: put back what ran
-            hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(st["config"])))
-        raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
-                         f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
-                         f"config does not show: run with the original values, or start a new run "
-                         f"(another hydra.run.dir). Only bookkeeping keys may change on resume "
-                         f"(train.steps, evaluation/checkpoint/log intervals, logger, threads)")
-    p.start_step, p.run_id, p.compute = st["step"], st["wandb_run_id"], st["compute"]
-    p.wall_offset = p.compute["gpu_hours"] * 3600.0 / p.trainer.num_devices
-    _log(f"[resume] from {latest} (step {p.start_step})")
-
-
-# keys a resumed run may change (bookkeeping, budget, where it runs); anything else is refused
-RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.log_every", "train.progress",
-                     "train.resume", "train.fail_at_step", "logger.", "trainer.threads", "trainer.device",
-                     "model.cache_dir", "paper")
-
-
-def config_changes(saved: dict | None, cfg) -> list[str]:
-    """'key: old -> new' for every setting that differs from the checkpoint's config (bookkeeping keys aside)."""
-    if saved is None:  # a checkpoint from before configs were recorded: nothing to compare
-        return []
-    from rlx.scaling.logs import flatten
-
-    old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
-    keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
-            if old.get(k) != new.get(k) and not any(k == c.rstrip(".") or k.startswith(c) for c in RESUMABLE_CHANGES)]
-
-
-def compute_now(p: Parts) -> dict:
-    """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
-    p.compute["gpu_hours"] = p.trainer.num_devices * (p.wall_offset + time.time() - p.t_run) / 3600.0
-    return {f"perf/compute/{k}": v for k, v in p.compute.items()}
-
-
-def save(p: Parts, step: int, run_id: str | None) -> None:
-    compute_now(p)  # bring the wall-time compute up to date before it is stored
-    dist.check_agreement(p.world, p.dp.checksum(p.policy), f"the trainable weights at step {step}")
-    weights, optimizer = p.dp.trainable_state(p.policy), p.dp.optimizer_state(p.policy, p.opt)  # fsdp: whole tensors
-    if not p.world.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
-        p.world.barrier()
-        return
-    with p.schedule.paused():  # async: no generation touches the task or the RNG streams while they are read
-        p.ckpt.save(step, p.policy, {
-            "step": step, "optimizer": optimizer, "scheduler": p.sched.state_dict(), "rng": D.rng_state(),
-            "rollout_rng": p.gen.get_state(), "task": p.task.state_dict(), "wandb_run_id": run_id,
-            "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
-            "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
-            "schedule": p.schedule.state_dict(),
-            "config": OmegaConf.to_container(p.cfg, resolve=True),  # what resume compares against
-        }, log=_log, weights=weights)
-    p.world.barrier()
 
 
 def score(p: Parts, examples, batch):
@@ -385,7 +276,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> d
         if p.start_step == 0:
             t0 = time.time()
             ev = evaluate(p, 0)
-            logger.log({**ev, **compute_now(p), "timing_s/eval": time.time() - t0}, step=0)
+            logger.log({**ev, **p.compute_now(), "timing_s/eval": time.time() - t0}, step=0)
             _log(f"[eval] step 0 (SFT base): val/acc {ev['val/acc']:.3f}")
             if p.extrap is not None:
                 p.extrap.observe(p.policy, 0, p.opt)
@@ -405,7 +296,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> d
                 t0 = time.time()
                 m.update(evaluate(p, step))
                 m["timing_s/eval"] = time.time() - t0
-                m.update(compute_now(p))
+                m.update(p.compute_now())
                 _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}"
                      + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
                      + f" ({m['timing_s/eval']:.1f}s)")
@@ -449,7 +340,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> d
 def finish_summary(p: Parts, run_dir: Path) -> dict:
     last_eval = [r for r in read_metrics(run_dir) if "val/acc" in r][-1]
     out = {"status": "finished", "val/acc": last_eval["val/acc"], "val/mean_at_k": last_eval.get("val/mean_at_k"),
-           "steps": p.cfg.train.steps, **compute_now(p)}
+           "steps": p.cfg.train.steps, **p.compute_now()}
     if p.cfg.scaling.fit != "none":
         from rlx.scaling import fit_run
 
