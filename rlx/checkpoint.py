@@ -22,14 +22,8 @@ be loaded safely is never written. A pickle that would run code is refused at lo
 bad one (which file, why) and resumes from the newest intact one; if every checkpoint is bad it raises
 `CheckpointError` listing them all -- it never starts from scratch over existing checkpoints.
 
-Checkpoints without `manifest.json` (written by rlx before checksums) are REFUSED, not loaded with a
-warning: nothing in them can be verified and their `trainer_state.pt` needs an unsafe unpickler. If you
-trust such a checkpoint, convert it once with
-
-    python -m rlx.checkpoint adopt RUN_DIR/ckpt/step_N
-
-which loads it with the full unpickler, re-saves the trainer state in the safe format and writes the
-manifest.
+Checkpoints without `manifest.json` (written before checksums) are refused: nothing in them can be
+verified. `python -m rlx.checkpoint adopt RUN_DIR/ckpt/step_N` converts one you trust (docs/runs.md).
 """
 
 from __future__ import annotations
