@@ -1,0 +1,51 @@
+"""Reports on tiny real sweeps render exactly as the code of 9f0f992 rendered them (tests/data/sweeps)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+DATA = ROOT / "tests" / "data" / "sweeps"
+SWEEPS = sorted(p.name for p in DATA.iterdir() if p.is_dir())
+SCALING_SWEEPS = [s for s in SWEEPS if (DATA / s / "compare.md").is_file()]
+GOLDEN = ("report.md", "compare.md")
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    """The sweep's run directories, without the golden outputs, in a fresh directory."""
+    dst = tmp_path / name
+    shutil.copytree(DATA / name, dst, ignore=shutil.ignore_patterns(*GOLDEN))
+    return dst
+
+
+def _as_rendered_in_place(text: str, copy: Path, name: str) -> str:
+    """The golden files were rendered on tests/data/sweeps/<name>: put that path back."""
+    return text.replace(str(copy), f"tests/data/sweeps/{name}")
+
+
+def test_every_sweep_file_has_a_golden_sweep():
+    assert SWEEPS == sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_report_renders_as_before(name, tmp_path):
+    from rlx.report import build_report
+
+    copy = _copy(name, tmp_path)
+    md, pngs = build_report(copy)
+    assert _as_rendered_in_place(md, copy, name) == (DATA / name / "report.md").read_text()
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+@pytest.mark.parametrize("name", SCALING_SWEEPS)
+def test_compare_renders_as_before(name, tmp_path, capsys):
+    from rlx.compare import main
+
+    copy = _copy(name, tmp_path)
+    assert main([str(copy), "--bootstrap", "20"]) == 0
+    out = (copy / "compare.md").read_text()
+    assert _as_rendered_in_place(out, copy, name) == (DATA / name / "compare.md").read_text()
