@@ -480,7 +480,7 @@ def next_tables(arms: dict[str, list[Job]], jobs: list[Job]) -> list[str]:
 
 def scaling_config(jobs: list[Job]):
     """The sweep's ScalingConfig (the first job's `scaling.*`, with fit defaulting to sigmoid)."""
-    from rlx.scaling.runs import as_config
+    from rlx.scaling.config import as_config
 
     given = dict(jobs[0].config.get("scaling") or {}) if jobs else {}
     if given.get("fit", "none") == "none":
@@ -500,8 +500,9 @@ class ArmFit:
 
 def fit_arms(arms: dict[str, list[Job]], cfg) -> dict[str, ArmFit]:
     """Per arm: pool the finished seeds' evaluations and fit the sweep's curve (rlx.scaling)."""
-    from rlx.scaling.logs import read_run
-    from rlx.scaling.runs import fit_points, pool
+    from rlx.runs import read_run
+    from rlx.scaling.fitting import fit_points
+    from rlx.scaling.grouping import evaluations, pool
 
     out = {}
     for arm, js in arms.items():
@@ -510,7 +511,7 @@ def fit_arms(arms: dict[str, list[Job]], cfg) -> dict[str, ArmFit]:
             if not j.ok:
                 continue
             try:
-                series.append(read_run(j.path).series(cfg.metric, cfg.compute))
+                series.append(evaluations(read_run(j.path), cfg.metric, cfg.compute))
             except ValueError as err:
                 notes.append(str(err))
         c, y, r0 = pool(series)
@@ -749,7 +750,7 @@ def plot_curves(arms: dict[str, list[Job]], path: Path, labels: dict[str, str],
 
 def plot_scaling(arms: dict[str, list[Job]], path: Path, labels: dict[str, str], cfg) -> Path | None:
     from rlx.scaling.plot import Curve, save_curves
-    from rlx.scaling.runs import target_compute
+    from rlx.scaling.fitting import target_compute
 
     fits = fit_arms(arms, cfg)
     curves = [Curve(labels.get(a, a), f.compute, f.reward, f.fit) for a, f in fits.items() if f.compute.size]

@@ -183,7 +183,7 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
     """'key: old -> new' for every setting that differs from the checkpoint's config (bookkeeping keys aside)."""
     if saved is None:  # a checkpoint from before configs were recorded: nothing to compare
         return []
-    from rlx.scaling.logs import flatten
+    from rlx.runs import flatten
 
     old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))

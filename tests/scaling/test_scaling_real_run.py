@@ -17,7 +17,7 @@ def test_compare_on_real_multirun(tmp_path):
     for r in runs:  # each run tried its own fit at the end: a result or a clear reason, never silence
         s = json.loads((r / "summary.json").read_text())
         assert s["status"] == "finished" and ("scaling/A" in s or "scaling/error" in s)
-    p = subprocess.run([sys.executable, "-m", "rlx.compare", str(tmp_path)], cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "rlx.scaling", "compare", str(tmp_path)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     md = (tmp_path / "compare.md").read_text()

@@ -43,7 +43,7 @@ def test_report_renders_as_before(name, tmp_path):
 
 @pytest.mark.parametrize("name", SCALING_SWEEPS)
 def test_compare_renders_as_before(name, tmp_path, capsys):
-    from rlx.compare import main
+    from rlx.scaling.__main__ import compare_main as main
 
     copy = _copy(name, tmp_path)
     assert main([str(copy), "--bootstrap", "20"]) == 0

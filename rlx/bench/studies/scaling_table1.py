@@ -1,4 +1,4 @@
-"""`python -m rlx.scaling.synthetic [--seeds 100]`: how well the sigmoid fit extrapolates on ScaleRL's Table 1 curves.
+"""`python -m rlx.bench.studies.scaling_table1 [--seeds 100]`: how well the sigmoid fit extrapolates on ScaleRL's Table 1 curves.
 
 For each Table 1 recipe: evaluations every 1k GPU-hours up to 100k, reward = the published curve
 (R0 = 0.2) + N(0, noise^2); fit on the first half (points before 1.5k GPU-hours excluded, as in the
@@ -13,7 +13,7 @@ import argparse
 import numpy as np
 
 from rlx.scaling.curves import sigmoid
-from rlx.scaling.sigmoid_fit import fit_sigmoid
+from rlx.scaling.fitting import fit_sigmoid
 
 TABLE1 = {  # ScaleRL Table 1: (A, B, C_mid in GPU-hours)
     "ScaleRL": (0.610, 1.92, 2542.0),
@@ -47,7 +47,7 @@ def study(A, B, C_mid, seeds: int, noise: float, r0: float = 0.2, bootstrap: int
     }
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlx.scaling.synthetic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlx.bench.studies.scaling_table1", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--noise", type=float, default=0.01)
     parser.add_argument("--bootstrap", type=int, default=100)

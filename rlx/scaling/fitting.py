@@ -1,4 +1,7 @@
-"""ScaleRL's sigmoid fit: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error.
+"""The fitters: ScaleRL's sigmoid and the power law, each a grid search polished off the grid, and `fit_points`,
+the one place that turns a ScalingConfig into a fit (fitter chosen by `scaling.fit`).
+
+Sigmoid. ScaleRL's sigmoid fit: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error.
 
 The grid search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
 S = expit(B log(C / C_mid)) and a = A - R0, so the squared error is the quadratic
@@ -9,6 +12,12 @@ at the winning (A, C_mid) cell, or (polish=True, default) the winner is polished
 C_mid and B resolution with A kept on its 0.005 grid (see `lm.py`): with ScaleRL's 100 C_mid values
 the grid alone can land one valley-step away, since A and C_mid trade off strongly. Every bootstrap
 resample is a weight vector over the points, so all resamples share one pass of matrix products.
+
+Power law. Power-law fit R(C) = A - D / C^B, ScaleRL's comparison family: the same grid-then-polish scheme as the sigmoid.
+
+With x = log(C / c_ref) (c_ref: the largest fitted compute, to keep numbers O(1)) the curve is
+A - D' exp(-B x) with D = D' c_ref^B. For fixed (A, B) it is linear in D', so D' and the squared
+error are closed-form; A runs over a 0.005 grid and B over a fine log grid, all resamples at once.
 """
 
 from __future__ import annotations
@@ -19,13 +28,16 @@ import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit
 
-from rlx.scaling.bootstrap import percentile_intervals, resample_weights
-from rlx.scaling.curves import sigmoid
-from rlx.scaling.fits import SigmoidFit
-from rlx.scaling.lm import polish_keep_a_on_grid
-from rlx.scaling.points import as_points, check_not_flat, check_trend, fit_window
+from rlx.scaling.config import ScalingConfig, fitter_options
+from rlx.scaling.curves import (
+    CurveFit, PowerFit, SigmoidFit, as_points, check_not_flat, check_trend, fit_window, percentile_intervals,
+    polish_keep_a_on_grid, resample_weights, sigmoid,
+)
 
-_CELLS_PER_CHUNK = 2_000_000  # elements of the [C_mid, B, N] basis held at once
+
+# ---- sigmoid ---------------------------------------------------------------------------------
+
+_SIGMOID_CELLS_PER_CHUNK = 2_000_000  # elements of the [C_mid, B, N] basis held at once
 
 
 def initial_reward(compute: np.ndarray, reward: np.ndarray) -> float:
@@ -100,7 +112,7 @@ def fit_sigmoid(
 
     bounds = ([grid.a_lo, b_range[0] / 10.0, grid.log_cmid[0]], [grid.a_hi, b_range[1] * 10.0, grid.log_cmid[-1]])
     polish_rows = lambda theta, w: polish_keep_a_on_grid(  # noqa: E731
-        _model(logc, R0), theta, y, w, *bounds, (grid.a_lo, grid.a_hi, grid.a_step), A is not None
+        _sigmoid_model(logc, R0), theta, y, w, *bounds, (grid.a_lo, grid.a_hi, grid.a_step), A is not None
     )
     ones = np.ones((1, c.size))
     theta = np.column_stack(grid.search(logc, d, R0, ones)[:3])  # [1, 3]: A, B, log C_mid
@@ -115,6 +127,7 @@ def fit_sigmoid(
     fit = SigmoidFit(
         A=a_best, B=b_best, C_mid=float(np.exp(lcm_best)), R0=R0, sse=sse, n_points=int(c.size),
         compute_min=float(c.min()), compute_max=float(c.max()), A_fixed=A is not None, confidence=confidence,
+        a_bounds=(a_range[0], float(a_top)),
     )
     if bootstrap > 0:
         weights = resample_weights(c.size, bootstrap, seed)  # [n_boot, N]
@@ -153,7 +166,7 @@ class _Grid:
         d2 = weights @ (d * d)  # [K]
         wd = weights * d  # [K, N]
         best = np.full((4, k), np.inf)  # rows: sse, A, B, log C_mid
-        m_chunk = max(1, _CELLS_PER_CHUNK // (self.b.size * n))
+        m_chunk = max(1, _SIGMOID_CELLS_PER_CHUNK // (self.b.size * n))
         for i0 in range(0, self.log_cmid.size, m_chunk):
             lcm = self.log_cmid[i0 : i0 + m_chunk]  # [m]
             basis = expit(self.b[None, :, None] * (logc[None, None, :] - lcm[:, None, None]))  # [m, nB, N]
@@ -173,7 +186,7 @@ class _Grid:
         return np.round(a_best, 10), b_best, lcm_best, sse
 
 
-def _model(logc: np.ndarray, r0: float):
+def _sigmoid_model(logc: np.ndarray, r0: float):
     """theta [K, 3] = (A, B, log C_mid) -> (prediction [K, N], jacobian [K, N, 3])."""
 
     def model(theta):
@@ -199,3 +212,132 @@ def _refine_b(logc, y, r0, a, b0, lcm) -> float:
     return float(b) if sse(b) <= sse(b0) else float(b0)
 
 
+# ---- power law -------------------------------------------------------------------------------
+
+_POWER_CELLS_PER_CHUNK = 4_000_000  # elements of the [K, A, B] error cube held at once
+
+
+def fit_power(
+    compute,
+    reward,
+    *,
+    exclude_before: float = 0.0,
+    exclude_fraction: float = 0.0,
+    a_step: float = 0.005,
+    a_range: tuple[float, float] = (0.0, 1.0),
+    b_range: tuple[float, float] = (0.01, 5.0),
+    n_b: int = 200,
+    polish: bool = True,
+    bootstrap: int = 200,
+    confidence: float = 0.95,
+    seed: int = 0,
+    min_points: int = 4,
+    flat_alpha: float = 0.01,
+) -> PowerFit:
+    """Fit R(C) = A - D / C^B to evaluations (compute [N], reward [N]); zero-compute points are left out.
+
+    Options as in `fit_sigmoid`; flat_alpha tests against a constant reward (the mean).
+    Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
+    """
+    c_all, y_all = as_points(compute, reward)
+    if a_step <= 0 or a_range[0] > a_range[1] or n_b < 2 or not 0 < b_range[0] < b_range[1]:
+        raise ValueError(f"bad grid: a_step={a_step}, a_range={a_range}, n_b={n_b}, b_range={b_range}")
+    c, y, _ = fit_window(c_all, y_all, exclude_before, exclude_fraction, min_points, 3)
+    check_not_flat(y)
+
+    c_ref = float(c.max())
+    x = np.log(c / c_ref)  # [N], <= 0
+    a_hi = a_range[0] + np.floor((a_range[1] - a_range[0]) / a_step + 1e-9) * a_step
+    a_grid = np.round(np.arange(a_range[0], a_hi + a_step / 2, a_step), 10)  # [nA]
+    b_grid = np.geomspace(b_range[0], b_range[1], n_b)  # [nB]
+    bounds = ([a_range[0], b_range[0] / 10.0, -np.inf], [a_hi, b_range[1] * 10.0, np.inf])
+    polish_rows = lambda theta, w: polish_keep_a_on_grid(  # noqa: E731
+        _power_model(x), theta, y, w, *bounds, (a_range[0], a_hi, a_step), False
+    )
+
+    ones = np.ones((1, c.size))
+    theta = _power_grid_search(x, y, ones, a_grid, b_grid)  # [1, 3]: A, B, D'
+    if polish:
+        theta = polish_rows(theta, ones)
+    a_best, b_best, dp_best = (float(v) for v in theta[0])
+    sse = float(np.sum((y - (a_best - dp_best * np.exp(-b_best * x))) ** 2))
+    check_trend(sse, float(np.sum((y - y.mean()) ** 2)), c.size, 3, 1, flat_alpha, "vs a constant reward")
+
+    fit = PowerFit(
+        A=a_best, B=b_best, D=dp_best * c_ref**b_best, sse=sse, n_points=int(c.size),
+        compute_min=float(c.min()), compute_max=c_ref, confidence=confidence, a_bounds=(a_range[0], float(a_hi)),
+    )
+    if bootstrap > 0:
+        weights = resample_weights(c.size, bootstrap, seed)  # [n_boot, N]
+        thetas = _power_grid_search(x, y, weights, a_grid, b_grid if not polish else b_grid[::4])
+        if polish:
+            thetas = polish_rows(thetas, weights)
+        fit.samples = np.column_stack([thetas[:, 0], thetas[:, 1], thetas[:, 2] * c_ref ** thetas[:, 1]])
+        fit.intervals = percentile_intervals(fit.samples, PowerFit.param_names, confidence)
+    return fit
+
+
+def _power_model(x: np.ndarray):
+    """theta [K, 3] = (A, B, D') -> (prediction [K, N], jacobian [K, N, 3]) of A - D' exp(-B x)."""
+
+    def model(theta):
+        a, b, dp = theta[:, 0:1], theta[:, 1:2], theta[:, 2:3]
+        e = np.exp(-b * x[None])  # [K, N]
+        return a - dp * e, np.stack([np.ones_like(e), dp * x[None] * e, -e], axis=2)
+
+    return model
+
+
+def _power_grid_search(x, y, weights, a_grid, b_grid) -> np.ndarray:
+    """Exhaustive (A, B) grid with D' in closed form, for each weight row. Returns theta [K, 3] = (A, B, D')."""
+    u = np.exp(-b_grid[:, None] * x[None])  # [nB, N]
+    s0, sy, syy = weights.sum(1), weights @ y, weights @ (y * y)  # [K]
+    u1, uy, u2 = weights @ u.T, (weights * y) @ u.T, weights @ (u * u).T  # [K, nB]
+    out = np.empty((weights.shape[0], 3))
+    rows = max(1, _POWER_CELLS_PER_CHUNK // (a_grid.size * b_grid.size))
+    for k0 in range(0, weights.shape[0], rows):
+        sl = slice(k0, k0 + rows)
+        a = a_grid[None, :, None]  # [1, nA, 1]
+        num = a * u1[sl, None, :] - uy[sl, None, :]  # [k, nA, nB]: sum w (A - y) u
+        base = a * a * s0[sl, None, None] - 2 * a * sy[sl, None, None] + syy[sl, None, None]  # sum w (A - y)^2
+        sse = base - num * num / u2[sl, None, :]
+        flat = np.argmin(sse.reshape(sse.shape[0], -1), axis=1)
+        ia, ib = np.divmod(flat, b_grid.size)
+        rows_k = np.arange(flat.size)
+        out[sl] = np.column_stack([a_grid[ia], b_grid[ib], num[rows_k, ia, ib] / u2[sl][rows_k, ib]])
+    return out
+
+
+FITTERS = {"sigmoid": fit_sigmoid, "power": fit_power}  # scaling.fit -> fitter; "none" fits nothing
+
+
+def fit_points(
+    compute, reward, cfg: ScalingConfig, kind: str | None = None, r0: float | None = None, **overrides
+) -> CurveFit:
+    """Fit evaluations with the config's options; points beyond fit_fraction * max compute are held out.
+
+    r0: the sigmoid's fixed R0 (default: the reward of the zero-compute evaluations among the points).
+    overrides: extra fitter arguments (e.g. A= for ScaleRL's refit at a common asymptote).
+    """
+    kind = kind or cfg.fit
+    if kind not in FITTERS:
+        raise ValueError(f"nothing to fit with scaling.fit={kind!r}; choose one of {', '.join(FITTERS)}")
+    c, y = fitted_points(compute, reward, cfg)
+    kwargs = fitter_options(cfg, kind)
+    if kind == "sigmoid":
+        kwargs["r0"] = r0
+    kwargs.update(overrides)
+    return FITTERS[kind](c, y, **kwargs)
+
+
+def fitted_points(compute, reward, cfg: ScalingConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The points a fit sees: compute <= fit_fraction * max (the early window is cut by the fitter)."""
+    c, y = np.asarray(compute, dtype=float), np.asarray(reward, dtype=float)
+    if c.size and np.isfinite(c).all():
+        keep = c <= cfg.fit_fraction * c.max()
+        c, y = c[keep], y[keep]
+    return c, y
+
+
+def target_compute(cfg: ScalingConfig, max_compute: float) -> float:
+    return float(cfg.target_compute) if cfg.target_compute > 0 else 4.0 * float(max_compute)

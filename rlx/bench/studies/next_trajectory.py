@@ -1,6 +1,6 @@
 """A synthetic smooth LoRA trajectory with a known future, to check the NExt predictor.
 
-    python -m rlx.extrapolation.synthetic --lr 1e-4 --epochs 1000 --hidden 256
+    python -m rlx.bench.studies.next_trajectory --lr 1e-4 --epochs 1000 --hidden 256
 
 Module (tau, c) follows W(t) = c (1 - exp(-t/tau)) u(t/tau) v0^T with u rotating in a fixed
 plane: decelerating and turning, so repeating the last local delta overshoots and points the
