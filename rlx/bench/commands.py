@@ -7,6 +7,7 @@ runs the same main.
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import import_module
 
 
@@ -15,25 +16,9 @@ def _run(module: str) -> int:
     return result if isinstance(result, int) else 0
 
 
-def quant() -> int:
-    return _run("quant")
-
-
-def rollout() -> int:
-    return _run("rollout")
-
-
-def vs_trl() -> int:
-    return _run("vs_trl")
-
-
-def vllm_sync() -> int:
-    return _run("vllm_sync")
-
-
-def offpolicy() -> int:
-    return _run("offpolicy")
-
-
-def gpu() -> int:
-    return _run("gpu")
+quant = partial(_run, "quant")
+rollout = partial(_run, "rollout")
+vs_trl = partial(_run, "vs_trl")
+vllm_sync = partial(_run, "vllm_sync")
+offpolicy = partial(_run, "offpolicy")
+gpu = partial(_run, "gpu")

@@ -38,12 +38,21 @@ def power_law(c, A, B, D):
 
 # ---- fit results ------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(kw_only=True)
 class CurveFit:
-    """Shared behaviour; subclasses declare `kind`, `param_names` and `_curve`."""
+    """What every fit holds; subclasses declare `kind`, `param_names`, their parameters and `_curve`."""
 
     kind: ClassVar[str] = ""
     param_names: ClassVar[tuple[str, ...]] = ()
+
+    sse: float  # sum of squared residuals on the fitted points
+    n_points: int  # evaluation points used (compute > 0, after the early window)
+    compute_min: float  # fitted compute window
+    compute_max: float
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # bootstrap percentile intervals
+    samples: np.ndarray | None = None  # [n_boot, len(param_names)] bootstrap parameters
+    confidence: float = 0.95
+    a_bounds: tuple[float, float] = (0.0, 1.0)  # first and last value of the A grid
 
     def _curve(self, c, *params):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -91,7 +100,7 @@ class CurveFit:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SigmoidFit(CurveFit):
     """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 held fixed."""
 
@@ -99,15 +108,7 @@ class SigmoidFit(CurveFit):
     B: float
     C_mid: float
     R0: float
-    sse: float  # sum of squared residuals on the fitted points
-    n_points: int  # evaluation points used (compute > 0, after the early window)
-    compute_min: float  # fitted compute window
-    compute_max: float
     A_fixed: bool = False  # A was given, not fitted (ScaleRL's comparison refit)
-    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # bootstrap percentile intervals
-    samples: np.ndarray | None = None  # [n_boot, 3] bootstrap (A, B, C_mid)
-    confidence: float = 0.95
-    a_bounds: tuple[float, float] = (0.0, 1.0)  # first and last value of the A grid
 
     kind: ClassVar[str] = "sigmoid"
     param_names: ClassVar[tuple[str, ...]] = ("A", "B", "C_mid")
@@ -119,21 +120,13 @@ class SigmoidFit(CurveFit):
         return {"R0": self.R0, **super().stats()}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PowerFit(CurveFit):
     """R(C) = A - D / C^B."""
 
     A: float
     B: float
     D: float
-    sse: float
-    n_points: int
-    compute_min: float
-    compute_max: float
-    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
-    samples: np.ndarray | None = None  # [n_boot, 3] bootstrap (A, B, D)
-    confidence: float = 0.95
-    a_bounds: tuple[float, float] = (0.0, 1.0)  # first and last value of the A grid
 
     kind: ClassVar[str] = "power"
     param_names: ClassVar[tuple[str, ...]] = ("A", "B", "D")

@@ -23,6 +23,7 @@ error are closed-form; A runs over a 0.005 grid and B over a fine log grid, all 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
@@ -36,6 +37,31 @@ from rlx.scaling.curves import (
 
 
 # ---- sigmoid ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FitOptions:
+    """The options both fitters take as keywords (what `fitter_options` fills from a ScalingConfig).
+
+    exclude_before / exclude_fraction: the early window left out (compute < max(exclude_before,
+    exclude_fraction * max compute)). a_step, a_range: ScaleRL's grid of A. n_b: log-grid values of B.
+    polish: refine the grid winner off the grid (A kept on it). bootstrap: resamples of the fitted
+    points for percentile intervals and the band, at `confidence`, drawn with `seed`. min_points:
+    fewest points to fit. flat_alpha: significance of the F-test against a constant reward below
+    which the curve counts as flat (0 disables it).
+    """
+
+    exclude_before: float = 0.0
+    exclude_fraction: float = 0.0
+    a_step: float = 0.005
+    a_range: tuple[float, float] = (0.0, 1.0)
+    n_b: int = 200
+    polish: bool = True
+    bootstrap: int = 200
+    confidence: float = 0.95
+    seed: int = 0
+    min_points: int = 4
+    flat_alpha: float = 0.01
+
 
 _SIGMOID_CELLS_PER_CHUNK = 2_000_000  # elements of the [C_mid, B, N] basis held at once
 
@@ -55,21 +81,11 @@ def fit_sigmoid(
     reward,
     r0: float | None = None,
     *,
-    exclude_before: float = 0.0,
-    exclude_fraction: float = 0.0,
     A: float | None = None,
-    a_step: float = 0.005,
-    a_range: tuple[float, float] = (0.0, 1.0),
     n_cmid: int = 100,
     cmid_range: tuple[float, float] | None = None,
     b_range: tuple[float, float] = (0.1, 10.0),
-    n_b: int = 200,
-    polish: bool = True,
-    bootstrap: int = 200,
-    confidence: float = 0.95,
-    seed: int = 0,
-    min_points: int = 4,
-    flat_alpha: float = 0.01,
+    **options,
 ) -> SigmoidFit:
     """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations (compute [N], reward [N]).
 
@@ -78,34 +94,36 @@ def fit_sigmoid(
     out of the fit. A: hold the asymptote fixed (ScaleRL's comparison refit). cmid_range defaults to
     [min fitted compute / 10, max fitted compute * 100]. bootstrap: resamples of the fitted points for
     percentile intervals of A, B, C_mid and the extrapolation band. flat_alpha: significance of the
-    F-test against "reward stays at R0" below which the curve counts as flat (0 disables it).
+    F-test against "reward stays at R0" below which the curve counts as flat (0 disables it). The
+    options (exclude_before, bootstrap, ...) are the fields of `FitOptions`.
     Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
     """
+    o = FitOptions(**options)
     c_all, y_all = as_points(compute, reward)
     R0 = initial_reward(c_all, y_all) if r0 is None else float(r0)
     if not np.isfinite(R0):
         raise ValueError(f"r0 must be finite, got {r0}")
-    if a_step <= 0 or a_range[0] > a_range[1]:
-        raise ValueError(f"bad A grid: step {a_step}, range {a_range}")
+    if o.a_step <= 0 or o.a_range[0] > o.a_range[1]:
+        raise ValueError(f"bad A grid: step {o.a_step}, range {o.a_range}")
     if A is not None and not np.isfinite(A):
         raise ValueError(f"fixed A must be finite, got {A}")
-    if n_cmid < 2 or n_b < 2 or not 0 < b_range[0] < b_range[1]:
-        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={n_b}, b_range={b_range}")
+    if n_cmid < 2 or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
+        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={o.n_b}, b_range={b_range}")
     n_params = 2 if A is not None else 3
-    c, y, _ = fit_window(c_all, y_all, exclude_before, exclude_fraction, min_points, n_params)
+    c, y, _ = fit_window(c_all, y_all, o.exclude_before, o.exclude_fraction, o.min_points, n_params)
     check_not_flat(y, R0)
 
     lo, hi = cmid_range if cmid_range is not None else (c.min() / 10.0, c.max() * 100.0)
     if not 0 < lo < hi:
         raise ValueError(f"bad C_mid range ({lo}, {hi})")
-    a_top = a_range[0] + np.floor((a_range[1] - a_range[0]) / a_step + 1e-9) * a_step  # last grid value
-    a_lo, a_hi = (A, A) if A is not None else (a_range[0], a_top)
+    a_top = o.a_range[0] + np.floor((o.a_range[1] - o.a_range[0]) / o.a_step + 1e-9) * o.a_step  # last grid value
+    a_lo, a_hi = (A, A) if A is not None else (o.a_range[0], a_top)
     grid = _Grid(
         log_cmid=np.linspace(np.log(lo), np.log(hi), n_cmid),
-        b=np.geomspace(b_range[0], b_range[1], n_b),
+        b=np.geomspace(b_range[0], b_range[1], o.n_b),
         a_lo=float(a_lo),
         a_hi=float(a_hi),
-        a_step=a_step,
+        a_step=o.a_step,
         a_fixed=A,
     )
     logc, d = np.log(c), y - R0
@@ -116,27 +134,27 @@ def fit_sigmoid(
     )
     ones = np.ones((1, c.size))
     theta = np.column_stack(grid.search(logc, d, R0, ones)[:3])  # [1, 3]: A, B, log C_mid
-    if polish:
+    if o.polish:
         theta = polish_rows(theta, ones)
     else:
         theta[0, 1] = _refine_b(logc, y, R0, *theta[0])
     a_best, b_best, lcm_best = (float(v) for v in theta[0])
     sse = float(np.sum((y - sigmoid(c, a_best, b_best, np.exp(lcm_best), R0)) ** 2))
-    check_trend(sse, float(np.sum(d**2)), c.size, n_params, 0, flat_alpha, "vs a constant reward at R0")
+    check_trend(sse, float(np.sum(d**2)), c.size, n_params, 0, o.flat_alpha, "vs a constant reward at R0")
 
     fit = SigmoidFit(
         A=a_best, B=b_best, C_mid=float(np.exp(lcm_best)), R0=R0, sse=sse, n_points=int(c.size),
-        compute_min=float(c.min()), compute_max=float(c.max()), A_fixed=A is not None, confidence=confidence,
-        a_bounds=(a_range[0], float(a_top)),
+        compute_min=float(c.min()), compute_max=float(c.max()), A_fixed=A is not None, confidence=o.confidence,
+        a_bounds=(o.a_range[0], float(a_top)),
     )
-    if bootstrap > 0:
-        weights = resample_weights(c.size, bootstrap, seed)  # [n_boot, N]
-        start_grid = grid.coarsened() if polish else grid  # the polish refines the starts anyway
+    if o.bootstrap > 0:
+        weights = resample_weights(c.size, o.bootstrap, o.seed)  # [n_boot, N]
+        start_grid = grid.coarsened() if o.polish else grid  # the polish refines the starts anyway
         thetas = np.column_stack(start_grid.search(logc, d, R0, weights)[:3])  # [n_boot, 3]
-        if polish:
+        if o.polish:
             thetas = polish_rows(thetas, weights)
         fit.samples = np.column_stack([thetas[:, 0], thetas[:, 1], np.exp(thetas[:, 2])])  # [n_boot, 3]
-        fit.intervals = percentile_intervals(fit.samples, SigmoidFit.param_names, confidence)
+        fit.intervals = percentile_intervals(fit.samples, SigmoidFit.param_names, o.confidence)
     return fit
 
 
@@ -221,59 +239,51 @@ def fit_power(
     compute,
     reward,
     *,
-    exclude_before: float = 0.0,
-    exclude_fraction: float = 0.0,
-    a_step: float = 0.005,
-    a_range: tuple[float, float] = (0.0, 1.0),
     b_range: tuple[float, float] = (0.01, 5.0),
-    n_b: int = 200,
-    polish: bool = True,
-    bootstrap: int = 200,
-    confidence: float = 0.95,
-    seed: int = 0,
-    min_points: int = 4,
-    flat_alpha: float = 0.01,
+    **options,
 ) -> PowerFit:
     """Fit R(C) = A - D / C^B to evaluations (compute [N], reward [N]); zero-compute points are left out.
 
     Options as in `fit_sigmoid`; flat_alpha tests against a constant reward (the mean).
     Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
     """
+    o = FitOptions(**options)
     c_all, y_all = as_points(compute, reward)
-    if a_step <= 0 or a_range[0] > a_range[1] or n_b < 2 or not 0 < b_range[0] < b_range[1]:
-        raise ValueError(f"bad grid: a_step={a_step}, a_range={a_range}, n_b={n_b}, b_range={b_range}")
-    c, y, _ = fit_window(c_all, y_all, exclude_before, exclude_fraction, min_points, 3)
+    if o.a_step <= 0 or o.a_range[0] > o.a_range[1] or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
+        raise ValueError(f"bad grid: a_step={o.a_step}, a_range={o.a_range}, n_b={o.n_b}, b_range={b_range}")
+    c, y, _ = fit_window(c_all, y_all, o.exclude_before, o.exclude_fraction, o.min_points, 3)
     check_not_flat(y)
 
     c_ref = float(c.max())
     x = np.log(c / c_ref)  # [N], <= 0
-    a_hi = a_range[0] + np.floor((a_range[1] - a_range[0]) / a_step + 1e-9) * a_step
-    a_grid = np.round(np.arange(a_range[0], a_hi + a_step / 2, a_step), 10)  # [nA]
-    b_grid = np.geomspace(b_range[0], b_range[1], n_b)  # [nB]
-    bounds = ([a_range[0], b_range[0] / 10.0, -np.inf], [a_hi, b_range[1] * 10.0, np.inf])
+    a_hi = o.a_range[0] + np.floor((o.a_range[1] - o.a_range[0]) / o.a_step + 1e-9) * o.a_step
+    a_grid = np.round(np.arange(o.a_range[0], a_hi + o.a_step / 2, o.a_step), 10)  # [nA]
+    b_grid = np.geomspace(b_range[0], b_range[1], o.n_b)  # [nB]
+    bounds = ([o.a_range[0], b_range[0] / 10.0, -np.inf], [a_hi, b_range[1] * 10.0, np.inf])
     polish_rows = lambda theta, w: polish_keep_a_on_grid(  # noqa: E731
-        _power_model(x), theta, y, w, *bounds, (a_range[0], a_hi, a_step), False
+        _power_model(x), theta, y, w, *bounds, (o.a_range[0], a_hi, o.a_step), False
     )
 
     ones = np.ones((1, c.size))
     theta = _power_grid_search(x, y, ones, a_grid, b_grid)  # [1, 3]: A, B, D'
-    if polish:
+    if o.polish:
         theta = polish_rows(theta, ones)
     a_best, b_best, dp_best = (float(v) for v in theta[0])
     sse = float(np.sum((y - (a_best - dp_best * np.exp(-b_best * x))) ** 2))
-    check_trend(sse, float(np.sum((y - y.mean()) ** 2)), c.size, 3, 1, flat_alpha, "vs a constant reward")
+    check_trend(sse, float(np.sum((y - y.mean()) ** 2)), c.size, 3, 1, o.flat_alpha, "vs a constant reward")
 
     fit = PowerFit(
         A=a_best, B=b_best, D=dp_best * c_ref**b_best, sse=sse, n_points=int(c.size),
-        compute_min=float(c.min()), compute_max=c_ref, confidence=confidence, a_bounds=(a_range[0], float(a_hi)),
+        compute_min=float(c.min()), compute_max=c_ref, confidence=o.confidence,
+        a_bounds=(o.a_range[0], float(a_hi)),
     )
-    if bootstrap > 0:
-        weights = resample_weights(c.size, bootstrap, seed)  # [n_boot, N]
-        thetas = _power_grid_search(x, y, weights, a_grid, b_grid if not polish else b_grid[::4])
-        if polish:
+    if o.bootstrap > 0:
+        weights = resample_weights(c.size, o.bootstrap, o.seed)  # [n_boot, N]
+        thetas = _power_grid_search(x, y, weights, a_grid, b_grid if not o.polish else b_grid[::4])
+        if o.polish:
             thetas = polish_rows(thetas, weights)
         fit.samples = np.column_stack([thetas[:, 0], thetas[:, 1], thetas[:, 2] * c_ref ** thetas[:, 1]])
-        fit.intervals = percentile_intervals(fit.samples, PowerFit.param_names, confidence)
+        fit.intervals = percentile_intervals(fit.samples, PowerFit.param_names, o.confidence)
     return fit
 
 
