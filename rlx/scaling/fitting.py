@@ -1,15 +1,13 @@
 """The fitters: ScaleRL's sigmoid and the power law, each a grid search polished off the grid, and `fit_points`,
 the one place that turns a ScalingConfig into a fit (fitter chosen by `scaling.fit`).
 
-Sigmoid. ScaleRL's sigmoid fit: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error.
-
-The grid search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
+Sigmoid: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error. The grid search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
 S = expit(B log(C / C_mid)) and a = A - R0, so the squared error is the quadratic
 sum(d^2) - 2 a sum(d S) + a^2 sum(S^2) (d = reward - R0): its best grid A is the grid value
 nearest to sum(d S) / sum(S^2). B is searched on a fine log grid (ScaleRL fits it with scipy per
 cell instead). Then either (polish=False, the paper's procedure) B is refined by scipy's curve_fit
 at the winning (A, C_mid) cell, or (polish=True, default) the winner is polished off the grid's
-C_mid and B resolution with A kept on its 0.005 grid (see `lm.py`): with ScaleRL's 100 C_mid values
+C_mid and B resolution with A kept on its 0.005 grid (see `curves.polish_keep_a_on_grid`): with ScaleRL's 100 C_mid values
 the grid alone can land one valley-step away, since A and C_mid trade off strongly. Every bootstrap
 resample is a weight vector over the points, so all resamples share one pass of matrix products.
 

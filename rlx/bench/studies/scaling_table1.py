@@ -13,15 +13,8 @@ import argparse
 import numpy as np
 
 from rlx.scaling.curves import sigmoid
+from rlx.report.sweeps import papers
 from rlx.scaling.fitting import fit_sigmoid
-
-TABLE1 = {  # ScaleRL Table 1: (A, B, C_mid in GPU-hours)
-    "ScaleRL": (0.610, 1.92, 2542.0),
-    "ScaleRL-32k": (0.645, 1.89, 11272.0),
-    "8gen": (0.585, 2.44, 2542.0),
-    "bs2048": (0.645, 1.70, 10909.0),
-}
-
 
 def study(A, B, C_mid, seeds: int, noise: float, r0: float = 0.2, bootstrap: int = 100) -> dict[str, float]:
     compute = np.linspace(0.0, 100_000.0, 101)  # [101]
@@ -59,8 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     cols = ("dA_mean", "dA_max", "dA_over", "dR_mean", "dR_max", "dR_over", "cover_A", "cover_B", "cover_C_mid")
     print("| recipe | mean dA | max dA | n dA>0.02 | mean dR | max dR | n dR>0.02 | cover A | cover B | cover C_mid |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, params in TABLE1.items():
-        r = study(*params, seeds=args.seeds, noise=args.noise, bootstrap=args.bootstrap)
+    for name, fit in papers()["scalerl"]["table1"].items():  # ScaleRL Table 1 (C_mid in GPU-hours)
+        r = study(fit["A"], fit["B"], fit["C_mid"], seeds=args.seeds, noise=args.noise, bootstrap=args.bootstrap)
         cells = [str(r[c]) if isinstance(r[c], int) else f"{r[c]:.4f}" if c[0] == "d" else f"{r[c]:.2f}" for c in cols]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
