@@ -63,7 +63,7 @@ def next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     out += md_table(["method", "RL steps", "extend at", "val/acc (%)", "val/mean@k (%)",
                      "steps to reach 1.6N's final acc", "claimed steps saved", "paper Qwen2.5-7B",
                      "paper 14B"], rows)
-    return out + per_seed_reach_table(arms, labels)
+    return out + per_seed_reach_table(arms, labels, "val/acc") + per_seed_reach_table(arms, labels, "val/mean_at_k")
 
 
 def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key: str = "val/acc") -> list[str]:
@@ -85,7 +85,7 @@ def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key
             final = float(run.series(key)[1][-1])
             cells.append(f"{'never' if hit is None else f'{hit:.0f}'} (final {100 * final:.1f})")
         rows.append([str(seed), f"{100 * target:.1f}", *cells])
-    return ["", "### Steps to reach, per seed", "",
+    return ["", f"### Steps to reach, per seed ({key})", "",
             f"Target: the seed's own final {key} (%) of GRPO-LoRA at 1.6N steps; each cell: the first evaluation "
             f"step after step 0 that reaches it (never: not within the run), and the run's final {key} (%). "
             "NExt's claim: `next` reaches it in about 0.625x the steps.", ""] + md_table(

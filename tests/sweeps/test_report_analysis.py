@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rlx.report import build_report
@@ -48,7 +49,7 @@ def test_steps_to_reach_per_seed_uses_each_seeds_own_long_baseline(tmp_path):
         make_job(tmp_path, num, cfg(kind, steps, seed), [f"next_arm={arm}", f"seed={seed}"],
                  finished(accs[-1], 0.1), evals(accs))
     md, _ = build_report(tmp_path, plots=False)
-    section = md.split("### Steps to reach, per seed")[1]
+    section = md.split("### Steps to reach, per seed (val/acc)")[1].split("### ")[0]
     assert table_row(section, "seed")[2:] == ["GRPO-LoRA, 1.6N steps", "GRPO-LoRA, N steps", "NExt predict-extend"]
     # seed 0: target 50% (its own 1.6N final); next reaches it at step 10, none_n never does
     assert table_row(section, "0") == ["0", "50.0", "30 (final 50.0)", "never (final 40.0)", "10 (final 60.0)"]
@@ -57,7 +58,7 @@ def test_steps_to_reach_per_seed_uses_each_seeds_own_long_baseline(tmp_path):
 
 
 @pytest.mark.parametrize("name, title", [("qerl_table1", "### AQN's effect per seed"),
-                                         ("next_table", "### Steps to reach, per seed")])
+                                         ("next_table", "### Steps to reach, per seed (val/mean_at_k)")])
 def test_the_analysis_tables_render_on_the_real_sweeps(name, title):
     md, _ = build_report(DATA / name, plots=False)
     section = md.split(title)[1].split("\n## ")[0]
@@ -65,3 +66,26 @@ def test_the_analysis_tables_render_on_the_real_sweeps(name, title):
     if name == "qerl_table1":
         # tests/data/sweeps/qerl_table1/2 (lora_nvfp4): actor/entropy at steps 2-5 averages to 3.5793
         assert table_row(section, "0")[2].startswith("3.5793 / ")
+
+
+def test_loo_report_labels_a_tie_and_an_undetermined_asymptote(tmp_path):
+    from tests.sweeps.test_report import sigmoid
+
+    compute = np.arange(0, 41) * 1e9
+    same = sigmoid(np.maximum(compute, 1.0), 0.6, 2.0, 8e9, 0.2) + np.random.default_rng(0).normal(0, 0.005, 41)
+    rising = sigmoid(np.maximum(compute, 1.0), 3.0, 1.0, 4e11, 0.2)  # far below its ceiling: A hits the grid top
+    for num, (arm, reward) in enumerate([("scalerl", same), ("no_fp32_head", same.copy()), ("on_policy", rising)]):
+        reward[0] = 0.2
+        rows = [{"step": 5 * i, "val/mean_at_k": float(r), "perf/compute/flops": float(c)}
+                for i, (c, r) in enumerate(zip(compute, reward))]
+        cfg = {"seed": 0, "logger": {"group": "scalerl_loo"},
+               "scaling": {"fit": "sigmoid", "metric": "val/mean_at_k", "compute": "flops", "bootstrap": 20}}
+        make_job(tmp_path, num, cfg, [f"loo_arm={arm}", "seed=0"],
+                 {"status": "finished", "val/mean_at_k": float(reward[-1])}, rows)
+    md, _ = build_report(tmp_path, plots=False)
+    tie = table_row(md, "FP32 LM head off")
+    assert tie[6] == "+0.000" and tie[7].startswith("tie (B at common A=0.605: 1.92 vs 1.92)")  # no winner
+    edge = table_row(md, "PipelineRL-8 -> on-policy (sync)")
+    assert edge[3].startswith("1.000")
+    assert edge[7] == "undetermined (A of on_policy at the edge of its grid (the data do not pin the asymptote))"
+    assert edge[9].endswith("(undetermined)")  # the row's note

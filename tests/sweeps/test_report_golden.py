@@ -33,11 +33,9 @@ def without_new_sections(md: str) -> str:
     """The report less the sections NEW_SECTIONS (each from its header to the next header)."""
     lines = md.split("\n")
     for title in NEW_SECTIONS:
-        start = next((i for i, ln in enumerate(lines) if ln.startswith(title)), None)
-        if start is None:
-            continue
-        end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("#"))
-        del lines[start - 1 : end - 1]  # from the blank line before the header to the one before the next
+        while (start := next((i for i, ln in enumerate(lines) if ln.startswith(title)), None)) is not None:
+            end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("#"))
+            del lines[start - 1 : end - 1]  # from the blank line before the header to the one before the next
     return "\n".join(lines)
 
 
