@@ -78,7 +78,7 @@ class SmoothTrajectory:
 def evaluate(cfg, traj: SmoothTrajectory | None = None) -> dict[str, float]:
     """Run the `next` extrapolator (alpha is forced to 1) over the trajectory up to its single
     extend step; relative errors of the jump vs the true next-horizon update."""
-    from rlx.extrapolation.extrapolator import NextExtrapolator
+    from rlx.extrapolation.next import NextExtrapolator
 
     traj = traj or SmoothTrajectory()
     extend, horizon, interval = int(cfg.extend_at[0]), int(cfg.horizon), int(cfg.interval)
