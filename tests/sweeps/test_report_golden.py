@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 DATA = ROOT / "tests" / "data" / "sweeps"
 SWEEPS = sorted(p.name for p in DATA.iterdir() if p.is_dir())
 SCALING_SWEEPS = [s for s in SWEEPS if (DATA / s / "compare.md").is_file()]
-GOLDEN = ("report.md", "compare.md")
+GOLDEN = ("report.md", "compare.md", "fit.txt")
 # tables added after 9f0f992 (the analysis-only numbers of rlx/bench/aqn_entropy.py and next_steps.py)
 NEW_SECTIONS = ("### AQN's effect per seed", "### Steps to reach, per seed")
 
@@ -61,3 +61,14 @@ def test_compare_renders_as_before(name, tmp_path, capsys):
     assert main([str(copy), "--bootstrap", "20"]) == 0
     out = (copy / "compare.md").read_text()
     assert _as_rendered_in_place(out, copy, name) == (DATA / name / "compare.md").read_text()
+
+
+@pytest.mark.parametrize("name", SCALING_SWEEPS)
+def test_fit_command_prints_as_before(name, tmp_path, capsys):
+    from rlx.scaling.__main__ import fit_main
+
+    copy = _copy(name, tmp_path)
+    out = tmp_path / "FIT_OUT"
+    fit_main([str(copy), "--bootstrap", "20", "--out", str(out / "scaling_fit.png")])
+    printed = _as_rendered_in_place(capsys.readouterr().out, copy, name).replace(str(out), "FIT_OUT")
+    assert printed == (DATA / name / "fit.txt").read_text()
