@@ -77,7 +77,7 @@ def _cpu_timed(fn, out: list):
 def worker_rlx(a) -> dict:
     import rlx.algo
     import rlx.train
-    from rlx.logging import read_metrics
+    from rlx.runs import read_metrics
 
     cfg = compose_rlx(rlx_overrides(a.model_dir, a.max_new, a.steps, a.engine, a.dtype, a.threads) + list(a.rlx_override))
     run_dir = Path(a.work) / "rlx_run"
