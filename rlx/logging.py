@@ -1,4 +1,4 @@
-"""Run logging: wandb (offline by default) plus `metrics.jsonl` in the run directory."""
+"""Run logging: wandb (offline by default) plus `metrics.jsonl` in the run directory (read back by rlx.runs)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from rlx.runs import MetricsFileError, parse_metrics, read_metrics  # noqa: F401  (the loop and tests import them here)
 
 MODES = ("offline", "online", "disabled")
 
@@ -193,42 +195,3 @@ class RunLogger:
         if self.wandb is not None:
             self.wandb.finish(exit_code=exit_code)
             self.wandb = None
-
-
-class MetricsFileError(ValueError):
-    """metrics.jsonl has an invalid line before its last one (data would be lost: never dropped silently)."""
-
-
-def parse_metrics(path: Path, text: str | None = None) -> tuple[list[tuple[str, dict]], str | None]:
-    """(line, row) of every row of a metrics.jsonl, and a message if its last line was incomplete and dropped.
-
-    Only the last line can be half written (a kill or a full disk while appending): if it is not valid JSON
-    it is dropped (a valid row missing only its newline is kept). Any other invalid line raises
-    MetricsFileError naming the file and line number."""
-    path = Path(path)
-    text = path.read_text(errors="replace") if text is None else text
-    lines = text.split("\n")
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    rows, dropped = [], None
-    for i, ln in enumerate(lines):
-        if not ln.strip():
-            continue
-        try:
-            row = json.loads(ln)
-        except json.JSONDecodeError as e:
-            if i == last:
-                newline = "no newline" if i == len(lines) - 1 else "newline-terminated"
-                dropped = (f"{path}: dropped an incomplete last line (line {i + 1}, {len(ln)} chars, {newline}, "
-                           f"invalid JSON: {e.msg}) -- a write cut short by a kill or a full disk")
-                continue
-            raise MetricsFileError(f"{path}: line {i + 1} is not valid JSON ({e.msg} at column {e.colno}); only a "
-                                   f"last line may be incomplete -- refusing to drop data, fix or remove that line") from None
-        if not isinstance(row, dict) or "step" not in row:
-            raise MetricsFileError(f"{path}: line {i + 1} is not a metrics row (a JSON object with a step)")
-        rows.append((ln, row))
-    return rows, dropped
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """Rows of RUN/metrics.jsonl (an incomplete last line, as a running or killed run leaves, is skipped)."""
-    return [row for _, row in parse_metrics(Path(run_dir) / "metrics.jsonl")[0]]

@@ -48,7 +48,8 @@ def resume(p, found: tuple | None) -> None:
 
 # keys a resumed run may change (bookkeeping, budget, where it runs); anything else is refused
 RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.log_every", "train.progress",
-                     "train.resume", "train.fail_at_step", "logger.", "trainer.threads", "trainer.device",
+                     "train.resume", "train.fail_at_step", "train.fail_rank", "logger.", "trainer.threads", "trainer.device",
+                     "trainer.dist_timeout_s",
                      "model.cache_dir", "paper")
 
 
@@ -56,7 +57,7 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
     """'key: old -> new' for every setting that differs from the checkpoint's config (bookkeeping keys aside)."""
     if saved is None:  # a checkpoint from before configs were recorded: nothing to compare
         return []
-    from rlx.scaling.logs import flatten
+    from rlx.runs import flatten
 
     old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))

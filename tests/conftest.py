@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
+
+from rlx.runs import read_metrics  # noqa: F401  (the tests read runs through the one reader)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -59,10 +60,6 @@ def run_tiny(run_dir: Path, overrides: list[str] | None = None) -> dict:
 
     cfg = compose(TINY + list(overrides or []))
     return run(cfg, run_dir)
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
 def strip_timing(rows: list[dict]) -> list[dict]:

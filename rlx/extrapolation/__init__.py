@@ -1,16 +1,24 @@
 """NExt predict-extend and the linear (RL-Extra) baseline, folded into the LoRA adapter."""
 
 from rlx.extrapolation.config import ExtrapolationConfig
-from rlx.extrapolation.extrapolator import (
-    EXTRAPOLATORS,
-    Extrapolator,
-    LinearExtrapolator,
-    NextExtrapolator,
-    build_extrapolator,
-)
+from rlx.extrapolation.extrapolator import Extrapolator, LinearExtrapolator
 from rlx.extrapolation.fold import fold_into_lora, fold_rank1
 from rlx.extrapolation.predictor import TrajectoryPredictor, train_predictor
+from rlx.extrapolation.next import NextExtrapolator
 from rlx.extrapolation.rank1 import rank1_from_lora
+
+EXTRAPOLATORS: dict[str, type[Extrapolator]] = {"linear": LinearExtrapolator, "next": NextExtrapolator}
+
+
+def build_extrapolator(cfg, total_steps: int) -> Extrapolator | None:
+    """The extrapolator named by cfg.type, or None for "none"."""
+    kind = str(cfg.type)
+    if kind == "none":
+        return None
+    if kind not in EXTRAPOLATORS:
+        raise ValueError(f"extrapolation.type must be one of none, {', '.join(EXTRAPOLATORS)}; got {kind!r}")
+    return EXTRAPOLATORS[kind](cfg, total_steps)
+
 
 __all__ = [
     "EXTRAPOLATORS",

@@ -1,3 +1,5 @@
+"""The `extrapolation.*` schema (NExt predict-extend, linear baseline); registered by rlx.config."""
+
 from dataclasses import dataclass, field
 
 

@@ -1,4 +1,4 @@
-"""Extrapolators called by the training loop after every optimizer step.
+"""Extrapolators called by the training loop after every optimizer step: the interface and `linear` (NExt's is in next.py).
 
 `linear` (RL-Extra baseline): at each extend step s, W = W0 + alpha (W_s - W0), i.e. the LoRA
 delta is scaled by alpha (exactly B <- alpha B when the initial adapter product is zero, as with
@@ -12,23 +12,15 @@ restarts its moments and bias correction for them at the next step.
 
 import math
 import time
-from collections import defaultdict
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from rlx.extrapolation.fold import fold_into_lora, fold_rank1
+from rlx.extrapolation.fold import fold_into_lora
 from rlx.extrapolation.lora import LoraFactors, lora_modules, snapshot
-from rlx.extrapolation.predictor import (
-    PredictorFit,
-    TrajectoryPredictor,
-    decode_triplet,
-    encode_triplet,
-    train_predictor,
-)
 from rlx.extrapolation.rank1 import work_dtype
-from rlx.extrapolation.records import TrajectoryRecords, _copy_tree
+from rlx.extrapolation.records import _copy_tree
 
 STATE_VERSION = 1
 
@@ -217,160 +209,3 @@ class LinearExtrapolator(Extrapolator):
     def load_state_dict(self, sd):
         super().load_state_dict(sd)
         self.initial = _copy_tree(sd["initial"])
-
-
-class NextExtrapolator(Extrapolator):
-    """NExt predict-extend. Each jump claims alpha * horizon steps saved."""
-
-    kind = "next"
-
-    def __init__(self, cfg, total_steps):
-        super().__init__(cfg, total_steps)
-        self.records = TrajectoryRecords(int(cfg.interval), int(cfg.horizon), bool(cfg.store_on_cpu))
-        self.fits: dict[tuple[int, int], PredictorFit] = {}  # (out, in) bucket -> fitted predictor
-        self.last_prediction: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # not in state
-
-    def _validate(self):
-        super()._validate()
-        cfg = self.cfg
-        interval, horizon = int(cfg.interval), int(cfg.horizon)
-        if interval < 1 or horizon < interval or horizon % interval:
-            raise ValueError(
-                f"extrapolation: need interval >= 1 and horizon a multiple of interval, got {interval}, {horizon}"
-            )
-        off = [s for s in self.extend_at if s % interval]
-        if off:
-            raise ValueError(f"extrapolation.extend_at steps {off} are not multiples of interval={interval}")
-        if self.extend_at[0] < horizon:
-            raise ValueError(
-                f"extrapolation: first extend step {self.extend_at[0]} < horizon {horizon}: no training pair would exist"
-            )
-        if int(cfg.epochs) < 1 or int(cfg.hidden) < 1 or float(cfg.lr) <= 0 or not 0 <= float(cfg.min_lr_ratio) <= 1:
-            raise ValueError(
-                f"extrapolation: bad predictor settings epochs={cfg.epochs} hidden={cfg.hidden} "
-                f"lr={cfg.lr} min_lr_ratio={cfg.min_lr_ratio}"
-            )
-
-    def _n_records(self):
-        return len(self.records.records)
-
-    def _start(self, modules):
-        with self.timer("records"):
-            self.records.start(modules, snapshot(modules, bool(self.cfg.store_on_cpu)))
-
-    def _on_step(self, modules, step):
-        if step % self.records.interval == 0 and step <= self.extend_at[-1]:
-            self.records.record(step, modules, self.timer)
-
-    # -- predict-extend ----------------------------------------------------------------------
-    def _bucket_rows(self, modules, steps, with_targets: bool):
-        """{(out, in): (global [N, d], local [N, d], target [N, d] | None, keys [(step, name)])}, d = out + in."""
-        device = modules[0].A.device
-        rows = defaultdict(lambda: ([], [], [], []))
-        for t in steps:
-            rec, tgt = self.records.records[t], self.records.targets.get(t)
-            for m in modules:
-                g, l, y, keys = rows[(m.out_features, m.in_features)]
-                g.append(encode_triplet(rec[m.name]["global"]).to(device))
-                l.append(encode_triplet(rec[m.name]["local"]).to(device))
-                if with_targets:
-                    y.append(encode_triplet(tgt[m.name]).to(device))
-                keys.append((t, m.name))
-        return {
-            shape: (torch.stack(g), torch.stack(l), torch.stack(y) if with_targets else None, keys)
-            for shape, (g, l, y, keys) in sorted(rows.items())
-        }
-
-    def _train(self, modules) -> None:
-        steps = self.records.pairs()
-        if not steps:
-            raise RuntimeError("extrapolation: no training pairs (record, target) available for the predictor")
-        cfg = self.cfg
-        self.fits, first, last, counts = {}, [], [], []
-        for shape, (g, l, y, _) in self._bucket_rows(modules, steps, with_targets=True).items():
-            fit = train_predictor(
-                g, l, y,
-                hidden=int(cfg.hidden), epochs=int(cfg.epochs), lr=float(cfg.lr),
-                min_lr_ratio=float(cfg.min_lr_ratio), weight_decay=float(cfg.weight_decay),
-                seed=int(cfg.seed) * 1_000_003 + len(self.jumps) * 7_919 + shape[0] * 31 + shape[1],
-            )  # fmt: skip
-            self.fits[shape] = fit
-            first.append(fit.loss_first)
-            last.append(fit.loss_last)
-            counts.append(g.shape[0])
-        n = sum(counts)
-        self.predictor_loss = sum(c * x for c, x in zip(counts, last)) / n
-        self._jump_metrics["extrap/predictor_loss_first"] = sum(c * x for c, x in zip(counts, first)) / n
-        self._jump_metrics["extrap/predictor_pairs"] = float(len(steps))
-
-    def predict(self, modules, step: int) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """{name: (u [out], sigma, v [in])}: the predicted next-horizon update from the record at `step`."""
-        preds = {}
-        for shape, (g, l, _, keys) in self._bucket_rows(modules, [step], with_targets=False).items():
-            out = self.fits[shape].predict(g, l)  # [N, out + in]
-            for (_, name), x in zip(keys, out):
-                preds[name] = decode_triplet(x, shape[0])
-        return {m.name: preds[m.name] for m in modules}
-
-    def _jump(self, modules, step):
-        with self.timer("predictor"):
-            self._train(modules)
-            preds = self.predict(modules, step)
-        self.last_prediction = preds
-        sig, cos, lost = [], [], []
-        with self.timer("svd"):
-            for m in modules:
-                u, sigma, v = preds[m.name]
-                jump = self.alpha * sigma
-                if jump == 0:
-                    continue
-                A_new, B_new, dropped = fold_rank1(m.A.detach(), m.B.detach(), m.scaling, u, jump, v)
-                self._write(m, A_new, B_new)
-                ul, _, vl = self.records.records[step][m.name]["local"]
-                sig.append(float(jump))
-                cos.append(float(torch.dot(u, ul.to(u)) * torch.dot(v, vl.to(v))))
-                lost.append(float(torch.linalg.norm(dropped)) * abs(m.scaling) / abs(float(jump)))
-        self.records.after_jump(step, modules, self.timer)
-        self.steps_saved += self.alpha * self.records.horizon
-        if sig:
-            self._jump_metrics.update(
-                {
-                    "extrap/jump_sigma_mean": sum(sig) / len(sig),
-                    "extrap/jump_cos_local": sum(cos) / len(cos),
-                    "extrap/fold_rel_error": sum(lost) / len(lost),
-                }
-            )
-
-    # -- state ------------------------------------------------------------------------------
-    def state_dict(self):
-        sd = super().state_dict()
-        sd["records"] = self.records.state_dict()
-        sd["predictors"] = {
-            shape: {"state": {k: v.detach().clone() for k, v in f.net.state_dict().items()}, "scale": f.scale,
-                    "loss_first": f.loss_first, "loss_last": f.loss_last, "hidden": int(self.cfg.hidden)}
-            for shape, f in self.fits.items()
-        }  # fmt: skip
-        return sd
-
-    def load_state_dict(self, sd):
-        super().load_state_dict(sd)
-        self.records.load_state_dict(sd["records"])
-        self.fits = {}
-        for (n_out, n_in), p in sd["predictors"].items():
-            with torch.random.fork_rng(devices=[]):  # init is overwritten; keep the global RNG untouched
-                net = TrajectoryPredictor(int(n_out) + int(n_in), int(p["hidden"]))
-            net.load_state_dict(p["state"])
-            self.fits[(int(n_out), int(n_in))] = PredictorFit(net, float(p["scale"]), float(p["loss_first"]), float(p["loss_last"]))
-
-
-EXTRAPOLATORS: dict[str, type[Extrapolator]] = {"linear": LinearExtrapolator, "next": NextExtrapolator}
-
-
-def build_extrapolator(cfg, total_steps: int) -> Extrapolator | None:
-    """The extrapolator named by cfg.type, or None for "none"."""
-    kind = str(cfg.type)
-    if kind == "none":
-        return None
-    if kind not in EXTRAPOLATORS:
-        raise ValueError(f"extrapolation.type must be one of none, {', '.join(EXTRAPOLATORS)}; got {kind!r}")
-    return EXTRAPOLATORS[kind](cfg, total_steps)

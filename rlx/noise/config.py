@@ -1,3 +1,5 @@
+"""The `noise.*` schema (AQN); registered by rlx.config."""
+
 from dataclasses import dataclass, field
 
 

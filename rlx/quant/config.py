@@ -1,3 +1,5 @@
+"""The `quant.*` schema (frozen-base quantization formats); registered by rlx.config."""
+
 from dataclasses import dataclass, field
 
 

@@ -1,10 +1,13 @@
 """Compute -> reward scaling curves (ScaleRL) from run logs alone: fits, bootstrap intervals, comparison.
 
-Needs no model code and never imports torch. Notebook use:
+Needs no model code and never imports torch. Files by role: `config` (options, the one mapping
+to fitter arguments), `curves` (families, fit results, shared numerics), `fitting` (the fitters),
+`grouping` (runs -> points, recipes, `fit_run`), `compare` (ScaleRL's rule, recipe tables), `plot`,
+`__main__` (command line). Notebook use:
     from rlx.scaling import fit_sigmoid
     fit = fit_sigmoid(compute, reward)            # R0 from the zero-compute evaluation
     fit.A, fit.B, fit.C_mid, fit.intervals, fit.predict(1e5), fit.band(c)
-Commands: `python -m rlx.scaling.fit RUN_DIR...`, `python -m rlx.compare SWEEP_DIR`.
+Commands: `rlx-fit RUN_DIR...` / `python -m rlx.scaling fit`, `rlx-compare SWEEP_DIR` / `python -m rlx.scaling compare`.
 
 Names are imported lazily, so `rlx.config` (which imports `rlx.scaling.config`) does not pay for
 scipy and matplotlib.
@@ -14,18 +17,18 @@ from importlib import import_module
 
 _EXPORTS = {
     "ScalingConfig": "rlx.scaling.config",
+    "as_config": "rlx.scaling.config",
     "sigmoid": "rlx.scaling.curves",
     "power_law": "rlx.scaling.curves",
-    "CurveFit": "rlx.scaling.fits",
-    "SigmoidFit": "rlx.scaling.fits",
-    "PowerFit": "rlx.scaling.fits",
-    "fit_sigmoid": "rlx.scaling.sigmoid_fit",
-    "fit_power": "rlx.scaling.power_fit",
-    "FITTERS": "rlx.scaling.runs",
-    "fit_points": "rlx.scaling.runs",
-    "fit_run": "rlx.scaling.runs",
-    "read_run": "rlx.scaling.logs",
-    "find_runs": "rlx.scaling.logs",
+    "CurveFit": "rlx.scaling.curves",
+    "SigmoidFit": "rlx.scaling.curves",
+    "PowerFit": "rlx.scaling.curves",
+    "fit_sigmoid": "rlx.scaling.fitting",
+    "fit_power": "rlx.scaling.fitting",
+    "FITTERS": "rlx.scaling.fitting",
+    "fit_points": "rlx.scaling.fitting",
+    "fit_run": "rlx.scaling.grouping",
+    "evaluations": "rlx.scaling.grouping",
     "Verdict": "rlx.scaling.compare",
     "Comparison": "rlx.scaling.compare",
     "scalerl_rule": "rlx.scaling.compare",

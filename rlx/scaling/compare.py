@@ -1,8 +1,10 @@
-"""Compare recipes of a sweep: one row per recipe (or run), and ScaleRL's rule for deciding between two.
+"""Comparison: one row per recipe (or run) of a sweep, and ScaleRL's rule for deciding between two recipes.
 
 ScaleRL's rule: if two recipes' asymptotes A differ by more than the margin (0.02, their seed-to-seed
 spread), the higher A wins; otherwise both are refitted with A fixed at their mean and the higher
-B (efficiency: the faster approach to the shared ceiling) wins.
+B (efficiency: the faster approach to the shared ceiling) wins. Equal B after the refit is a tie
+(bit-identical runs have no winner), and a fit whose A sits on the edge of its grid leaves the pair
+undetermined (the data do not pin that asymptote, so neither A nor B at a common A can be compared).
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.scaling.config import ScalingConfig
-from rlx.scaling.fits import CurveFit
-from rlx.scaling.logs import RunLog, find_runs, read_run
+from rlx.runs import Run, read_sweep
+from rlx.scaling.config import ScalingConfig, as_config, fitter_options
+from rlx.scaling.curves import CurveFit
+from rlx.scaling.fitting import fit_points, fit_sigmoid, fitted_points, target_compute
+from rlx.scaling.grouping import evaluations, group_by_recipe, pool, run_label
 from rlx.scaling.plot import Curve, save_curves
-from rlx.scaling.recipes import group_by_recipe, run_label
-from rlx.scaling.runs import as_config, fit_points, pool, target_compute
-from rlx.scaling.sigmoid_fit import fit_sigmoid
+
+
+UNDETERMINED = "A at the edge of its grid: the data do not pin the asymptote (undetermined)"
 
 
 @dataclass
@@ -30,8 +34,8 @@ class Verdict:
     second: str
     A_first: float
     A_second: float
-    rule: str  # "asymptote" (|dA| > margin) | "efficiency" (refit at a common A, compare B)
-    winner: str
+    rule: str  # "asymptote" (|dA| > margin) | "efficiency" (refit at a common A, compare B) | "undetermined"
+    winner: str | None  # None: a tie (equal B at the common A) or undetermined (an A at its grid edge)
     separable: bool | None  # the deciding parameter's bootstrap intervals do not overlap (None: no intervals)
     A_common: float | None = None
     B_first: float | None = None  # refitted with A = A_common
@@ -41,19 +45,26 @@ class Verdict:
     C_mid_first: float | None = None
     C_mid_second: float | None = None
     margin: float = 0.02
+    at_edge: tuple[str, ...] = ()  # the recipes whose A sits at its grid edge (rule "undetermined")
 
     def describe(self) -> str:
         head = f"{self.first} vs {self.second}: A {self.A_first:.3f} vs {self.A_second:.3f}"
         sure = {True: "", False: " (bootstrap intervals overlap: not separable at this budget)",
                 None: " (no bootstrap intervals)"}[self.separable]
+        if self.rule == "undetermined":
+            return f"{head} -> **undetermined**: {self.edge_note()}"
         if self.rule == "asymptote":
             return f"{head} (|dA| > {self.margin:g}) -> higher asymptote: **{self.winner}**{sure}"
+        verdict = "more efficient: **{}**".format(self.winner) if self.winner is not None else "**tie** (equal B)"
         return (
             f"{head} (|dA| <= {self.margin:g}) -> refit at A = {self.A_common:.4f}: "
             f"B {self.B_first:.3f}{_interval(self.B_first_interval)} "
             f"vs {self.B_second:.3f}{_interval(self.B_second_interval)}, "
-            f"C_mid {self.C_mid_first:.4g} vs {self.C_mid_second:.4g} -> more efficient: **{self.winner}**{sure}"
+            f"C_mid {self.C_mid_first:.4g} vs {self.C_mid_second:.4g} -> {verdict}{sure}"
         )
+
+    def edge_note(self) -> str:
+        return f"A of {' and '.join(self.at_edge)} at the edge of its grid (the data do not pin the asymptote)"
 
 
 def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second=None, **fit_kwargs) -> Verdict:
@@ -67,6 +78,9 @@ def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second
     fb = fit_second if fit_second is not None else fit_sigmoid(cb, rb, r0b, **fit_kwargs)
     if fa.kind != "sigmoid" or fb.kind != "sigmoid":
         raise ValueError("ScaleRL's rule compares sigmoid fits")
+    at_edge = tuple(label for label, fit in ((la, fa), (lb, fb)) if fit.A_at_edge)
+    if at_edge:
+        return Verdict(la, lb, fa.A, fb.A, "undetermined", None, None, margin=margin, at_edge=at_edge)
     if abs(fa.A - fb.A) > margin + 1e-12:
         winner = la if fa.A > fb.A else lb
         return Verdict(la, lb, fa.A, fb.A, "asymptote", winner, _disjoint(fa.intervals.get("A"), fb.intervals.get("A")),
@@ -74,7 +88,7 @@ def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second
     common = round((fa.A + fb.A) / 2, 10)
     ga = fit_sigmoid(ca, ra, r0a, A=common, **fit_kwargs)
     gb = fit_sigmoid(cb, rb, r0b, A=common, **fit_kwargs)
-    winner = la if ga.B >= gb.B else lb
+    winner = None if ga.B == gb.B else la if ga.B > gb.B else lb
     return Verdict(
         la, lb, fa.A, fb.A, "efficiency", winner, _disjoint(ga.intervals.get("B"), gb.intervals.get("B")),
         A_common=common, B_first=ga.B, B_second=gb.B, B_first_interval=ga.intervals.get("B"),
@@ -87,7 +101,7 @@ class Row:
     """One table row: a recipe (runs pooled) or a single run."""
 
     label: str
-    runs: list[RunLog]
+    runs: list[Run]
     compute: np.ndarray  # [N] pooled evaluations after step 0
     reward: np.ndarray
     r0: float | None  # mean step-0 reward
@@ -118,39 +132,44 @@ class Comparison:
         return [Curve(r.label, r.compute, r.reward, r.fit) for r in self.rows]
 
 
-def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None = None) -> Comparison:
+def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None = None,
+                runs: list[Run] | None = None) -> Comparison:
     """Fit every recipe (by="recipe", seeds pooled) or run (by="run") under root and apply ScaleRL's rule.
 
-    kind: sigmoid | power (default: cfg.fit, or sigmoid when that is "none").
+    kind: sigmoid | power (default: cfg.fit, or sigmoid when that is "none"). runs: the runs under root
+    when the caller has read them already (each run is read once).
     """
     cfg = as_config(cfg if cfg is not None else ScalingConfig())
     kind = kind or (cfg.fit if cfg.fit != "none" else "sigmoid")
     if by not in ("recipe", "run"):
         raise ValueError(f"by must be 'recipe' or 'run', got {by!r}")
     root = Path(root)
-    runs = [read_run(p) for p in find_runs(root)]
+    runs = read_sweep(root) if runs is None else runs
     groups = group_by_recipe(runs, root)
     if by == "run":
         groups = {run_label(r, label, root): [r] for label, members in groups.items() for r in members}
         groups = _unique_labels(groups, root)
-    rows = [_make_row(label, members, cfg, kind) for label, members in groups.items()]
+    rows = [fit_group(label, members, cfg, kind) for label, members in groups.items()]
     finals = [r.final_compute for r in rows if np.isfinite(r.final_compute)]
     target = target_compute(cfg, max(finals) if finals else 0.0)
     rows.sort(key=lambda r: (r.fit is None, -(r.fit.A if r.fit is not None else 0.0), r.label))
     comparison = Comparison(root, cfg, by, rows, target)
     # the rule decides between recipes; per-run rows (by="run") are for looking at the seed spread
     fitted = [r for r in rows if r.fit is not None and r.fit.kind == "sigmoid"] if by == "recipe" else []
-    kwargs = _refit_kwargs(cfg)
     for i, a in enumerate(fitted):
         for b in fitted[i + 1 :]:
             try:
-                comparison.verdicts.append(scalerl_rule(
-                    (a.label, *_fit_points(a, cfg), a.r0), (b.label, *_fit_points(b, cfg), b.r0), cfg.margin,
-                    fit_first=a.fit, fit_second=b.fit, **kwargs,
-                ))
+                comparison.verdicts.append(compare_rows(a, b, cfg))
             except ValueError as err:
                 a.note = a.note or f"refit vs {b.label} failed: {err}"
     return comparison
+
+
+def compare_rows(a: Row, b: Row, cfg: ScalingConfig) -> Verdict:
+    """ScaleRL's rule between two fitted rows; the refits see the same points and options as the fits."""
+    return scalerl_rule((a.label, *fitted_points(a.compute, a.reward, cfg), a.r0),
+                        (b.label, *fitted_points(b.compute, b.reward, cfg), b.r0), cfg.margin,
+                        fit_first=a.fit, fit_second=b.fit, **fitter_options(cfg, "sigmoid"))
 
 
 def write_comparison(comparison: Comparison, prefix: str = "compare") -> tuple[Path, Path, Path]:
@@ -202,11 +221,12 @@ def to_markdown(comp: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _make_row(label: str, runs: list[RunLog], cfg: ScalingConfig, kind: str) -> Row:
+def fit_group(label: str, runs: list[Run], cfg: ScalingConfig, kind: str = "sigmoid") -> Row:
+    """Pool the runs' evaluations after step 0 (R0: their mean step-0 reward) and fit the config's curve."""
     series, finals, notes = [], [], []
     for run in runs:
         try:
-            s = run.series(cfg.metric, cfg.compute)
+            s = evaluations(run, cfg.metric, cfg.compute)
         except ValueError as err:
             notes.append(str(err))
             continue
@@ -227,26 +247,14 @@ def _make_row(label: str, runs: list[RunLog], cfg: ScalingConfig, kind: str) -> 
         except ValueError as err:
             notes.append(f"no fit: {err}")
         else:
-            if not 0.0 < row.fit.A < 1.0:
-                notes.append("A at the edge of its grid: the data do not pin the asymptote")
+            if row.fit.A_at_edge:
+                notes.append(UNDETERMINED)
     row.note = "; ".join(notes)
     return row
 
 
-def _fit_points(row: Row, cfg: ScalingConfig) -> tuple[np.ndarray, np.ndarray]:
-    """The points the row's fit saw (the fit_fraction cut applied; the early window is cut by the fitter)."""
-    keep = row.compute <= cfg.fit_fraction * row.compute.max()
-    return row.compute[keep], row.reward[keep]
-
-
-def _refit_kwargs(cfg: ScalingConfig) -> dict:
-    return dict(exclude_before=cfg.exclude_before, exclude_fraction=cfg.exclude_fraction, a_step=cfg.a_step,
-                n_cmid=cfg.n_cmid, bootstrap=cfg.bootstrap, confidence=cfg.confidence, seed=cfg.seed,
-                min_points=cfg.min_points)
-
-
-def _unique_labels(groups: dict[str, list[RunLog]], root: Path) -> dict[str, list[RunLog]]:
-    out: dict[str, list[RunLog]] = {}
+def _unique_labels(groups: dict[str, list[Run]], root: Path) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
     for label, runs in groups.items():
         key = label
         if key in out:

@@ -1,4 +1,14 @@
+"""The scaling options (schema `scaling.*`), their validation, and the one mapping from options to fitter arguments.
+
+Imported by rlx.config, so it imports no scipy, numpy or matplotlib.
+"""
+
+
+import dataclasses
 from dataclasses import dataclass
+
+COMPUTE_UNITS = ("gpu_hours", "flops", "tokens", "steps")  # perf/compute/<unit> in metrics.jsonl
+FIT_KINDS = ("sigmoid", "power")  # scaling.fit, besides "none"
 
 
 @dataclass
@@ -24,3 +34,32 @@ class ScalingConfig:
     min_points: int = 4  # evaluation points (compute > 0, after exclusion) needed for a fit
     margin: float = 0.02  # ScaleRL's comparison rule: recipes with |dA| <= margin are compared on B
     seed: int = 0  # bootstrap seed
+
+
+def as_config(cfg) -> ScalingConfig:
+    """A ScalingConfig from a ScalingConfig, an OmegaConf node or a dict (unknown keys are an error); validated."""
+    if not isinstance(cfg, ScalingConfig):
+        names = {f.name for f in dataclasses.fields(ScalingConfig)}
+        given = dict(cfg.items()) if hasattr(cfg, "items") else {}
+        unknown = set(given) - names
+        if unknown:
+            raise ValueError(f"unknown scaling option(s): {', '.join(sorted(unknown))}")
+        cfg = ScalingConfig(**given)
+    if cfg.fit != "none" and cfg.fit not in FIT_KINDS:
+        raise ValueError(f"unknown scaling.fit {cfg.fit!r}; choose none or one of {', '.join(FIT_KINDS)}")
+    if cfg.compute not in COMPUTE_UNITS:
+        raise ValueError(f"unknown scaling.compute {cfg.compute!r}; choose one of {', '.join(COMPUTE_UNITS)}")
+    if not 0.0 < cfg.fit_fraction <= 1.0:
+        raise ValueError(f"scaling.fit_fraction must be in (0, 1], got {cfg.fit_fraction}")
+    if cfg.target_compute < 0 or cfg.bootstrap < 0 or cfg.margin < 0:
+        raise ValueError("scaling.target_compute, bootstrap and margin must be >= 0")
+    return cfg
+
+
+def fitter_options(cfg: ScalingConfig, kind: str) -> dict:
+    """Keyword arguments of `fit_sigmoid` / `fit_power` taken from the config (every fit and refit uses these)."""
+    out = dict(exclude_before=cfg.exclude_before, exclude_fraction=cfg.exclude_fraction, a_step=cfg.a_step,
+               bootstrap=cfg.bootstrap, confidence=cfg.confidence, seed=cfg.seed, min_points=cfg.min_points)
+    if kind == "sigmoid":
+        out["n_cmid"] = cfg.n_cmid
+    return out

@@ -1,4 +1,4 @@
-"""PNG figures: data, fitted curves, extrapolation with its bootstrap band, and an A-interval panel.
+"""Plotting: data, fitted curves, extrapolation with its bootstrap band, and an A-interval panel, as PNG.
 
 Uses matplotlib's object API with the Agg canvas, so importing it never changes a notebook's backend.
 """
@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rlx.scaling.fits import CurveFit
+from rlx.scaling.curves import CurveFit
 
 
 @dataclass

@@ -77,10 +77,10 @@ def test_triton_checks_logic_under_the_interpreter(tmp_path):
     pytest.importorskip("triton")
     code = (
         "from pathlib import Path; import json, sys\n"
-        "from rlx.bench import gpu\n"
-        "cases = [c for c in gpu.TRITON_CASES if c[2] * c[3] <= 1 << 16]\n"
+        "from rlx.bench import gpu\nfrom rlx.bench.gpu.kernels import TRITON_CASES, triton_checks\n"
+        "cases = [c for c in TRITON_CASES if c[2] * c[3] <= 1 << 16]\n"
         "rec = gpu.Recorder(Path(sys.argv[1]), {})\n"
-        "gpu.triton_checks(cases, 'cpu', rec, gpu.Budget(300), timing=False)\n"
+        "triton_checks(cases, 'cpu', rec, gpu.Budget(300), timing=False)\n"
         "rec.write()\n"
     )
     out = tmp_path / "checks.json"

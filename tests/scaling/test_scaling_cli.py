@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from rlx.compare import main as compare_main
+from rlx.scaling.__main__ import compare_main
 from rlx.scaling import ScalingConfig, fit_run
-from rlx.scaling.fit import main as fit_main
+from rlx.scaling.__main__ import fit_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ def _python(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_compare_command_writes_table_png_and_json(sweep):
-    proc = _python("-m", "rlx.compare", str(sweep), "--bootstrap", "30")
+    proc = _python("-m", "rlx.scaling", "compare", str(sweep), "--bootstrap", "30")
     assert proc.returncode == 0, proc.stderr
     table = [line for line in proc.stdout.splitlines() if line.startswith("| algo=")]
     assert len(table) == 2  # one row per recipe, seeds pooled
@@ -55,7 +55,7 @@ def test_compare_by_run_marks_failed_runs_and_short_runs(sweep, make_run, capsys
 
 
 def test_fit_command_prints_intervals_and_prediction(sweep):
-    proc = _python("-m", "rlx.scaling.fit", str(sweep / "0"), "--target", "4e14", "--fit-fraction", "0.5", "--bootstrap", "30")
+    proc = _python("-m", "rlx.scaling", "fit", str(sweep / "0"), "--target", "4e14", "--fit-fraction", "0.5", "--bootstrap", "30")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for name in ("A", "B", "C_mid"):
@@ -120,7 +120,7 @@ def test_fit_run_errors_are_value_errors(sweep, make_run, tmp_path):
 
 
 def test_scaling_never_imports_torch():
-    code = "import sys, rlx.scaling.config, rlx.compare, rlx.scaling.fit; from rlx.scaling import *; print('torch' in sys.modules)"
+    code = "import sys, rlx.scaling.config, rlx.scaling.__main__; from rlx.scaling import *; print('torch' in sys.modules)"
     proc = _python("-c", code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlx.scaling import FITTERS, ScalingConfig
-from rlx.scaling.runs import as_config
+from rlx.scaling.config import as_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "scaling"
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from rlx.scaling.logs import find_runs, read_run
-from rlx.scaling.recipes import group_by_recipe, run_label
+from rlx.runs import find_runs, read_run
+from rlx.scaling.grouping import evaluations, group_by_recipe, run_label
 
 STEPS = np.arange(0, 50, 10)  # [5]
 COMPUTE = STEPS * 2e12
@@ -25,7 +25,7 @@ def test_resumed_run_keeps_the_last_occurrence_of_a_step(tmp_path, make_run):
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 41, "val/ac')  # half-written last line of a killed run
     log = read_run(run)
-    s = log.series("val/acc", "flops")
+    s = evaluations(log, "val/acc", "flops")
     assert s.step.tolist() == [0, 10, 20, 30, 40]
     assert s.reward.tolist() == [0.2, 0.3, 0.4, 0.41, 0.52]
     assert s.compute.tolist() == [0.0, 2e13, 4e13, 6.5e13, 8.5e13]
@@ -35,18 +35,18 @@ def test_resumed_run_keeps_the_last_occurrence_of_a_step(tmp_path, make_run):
 def test_compute_units_and_missing_unit(tmp_path, make_run):
     run = make_run(tmp_path / "r", STEPS, COMPUTE, np.linspace(0.2, 0.6, 5))
     log = read_run(run)
-    assert log.series("val/acc", "tokens").compute.tolist() == (COMPUTE / 1e3).tolist()
-    assert log.series("val/acc", "steps").compute.tolist() == STEPS.tolist()
+    assert evaluations(log, "val/acc", "tokens").compute.tolist() == (COMPUTE / 1e3).tolist()
+    assert evaluations(log, "val/acc", "steps").compute.tolist() == STEPS.tolist()
     lines = [{"step": 0, "val/acc": 0.2}, {"step": 5, "val/acc": 0.3, "perf/compute/tokens": 10}]
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
     log = read_run(run)
-    assert log.series("val/acc", "steps").compute.tolist() == [0, 5]  # the step itself when not logged
+    assert evaluations(log, "val/acc", "steps").compute.tolist() == [0, 5]  # the step itself when not logged
     with pytest.raises(ValueError, match="no 'perf/compute/flops'"):
-        log.series("val/acc", "flops")
+        evaluations(log, "val/acc", "flops")
     with pytest.raises(ValueError, match="unknown compute unit"):
-        log.series("val/acc", "joules")
+        evaluations(log, "val/acc", "joules")
     with pytest.raises(ValueError, match="no evaluation logs 'val/pass'"):
-        log.series("val/pass", "steps")
+        evaluations(log, "val/pass", "steps")
 
 
 def test_find_runs_at_any_depth(tmp_path, make_run):
@@ -56,8 +56,8 @@ def test_find_runs_at_any_depth(tmp_path, make_run):
     assert find_runs(tmp_path / "a" / "1") == [tmp_path / "a" / "1"]
     with pytest.raises(ValueError, match="no run directory"):
         find_runs(tmp_path / "a" / "1" / ".hydra")
-    with pytest.raises(ValueError, match="not a run directory"):
-        read_run(tmp_path / "a")
+    with pytest.raises(ValueError, match="no evaluation logs"):  # a directory above the runs logs nothing
+        evaluations(read_run(tmp_path / "a"), "val/acc", "flops")
 
 
 def test_runs_differing_only_by_seeds_form_one_recipe(sweep, make_run):

@@ -1,9 +1,9 @@
 """The compare command on a real tiny multirun of two algo options; a run fits its own curve."""
 
-import json
 import subprocess
 import sys
 
+from rlx.runs import read_run
 from tests.conftest import ROOT, TINY
 
 
@@ -15,9 +15,9 @@ def test_compare_on_real_multirun(tmp_path):
     runs = sorted(p.parent for p in tmp_path.rglob("metrics.jsonl"))
     assert len(runs) == 2
     for r in runs:  # each run tried its own fit at the end: a result or a clear reason, never silence
-        s = json.loads((r / "summary.json").read_text())
+        s = read_run(r).summary
         assert s["status"] == "finished" and ("scaling/A" in s or "scaling/error" in s)
-    p = subprocess.run([sys.executable, "-m", "rlx.compare", str(tmp_path)], cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "rlx.scaling", "compare", str(tmp_path)], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     md = (tmp_path / "compare.md").read_text()

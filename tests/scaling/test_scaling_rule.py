@@ -40,3 +40,27 @@ def test_margin_is_configurable(noisy):
     b = ("b", C, noisy(C, 0.61, 1.9, 2542, seed=5))
     assert scalerl_rule(a, b, margin=0.02, **KW).rule == "asymptote"
     assert scalerl_rule(a, b, margin=0.05, **KW).rule == "efficiency"
+
+
+def test_bit_identical_recipes_tie_whatever_their_order(noisy):
+    reward = noisy(C, 0.610, 1.92, 2542, seed=6)
+    a, b = ("first", C, reward), ("second", C, reward.copy())
+    for x, y in ((a, b), (b, a)):
+        v = scalerl_rule(x, y, **KW)
+        assert v.rule == "efficiency" and v.B_first == v.B_second
+        assert v.winner is None  # before: the first recipe was awarded the win on B >= B
+        assert "**tie** (equal B)" in v.describe() and "more efficient" not in v.describe()
+
+
+def test_an_asymptote_at_the_grid_edge_leaves_the_pair_undetermined(noisy):
+    # still climbing steeply at the last point: the least-squares A runs into the top of the grid (1.0)
+    rising = ("rising", C, noisy(C, 3.0, 1.0, 1e6, noise=0.002, seed=7))
+    settled = ("settled", C, noisy(C, 0.610, 1.92, 2542, seed=8))
+    fit = fit_sigmoid(*rising[1:], **KW)
+    assert fit.A == 1.0 and fit.A_at_edge
+    assert not fit_sigmoid(*settled[1:], **KW).A_at_edge
+    v = scalerl_rule(rising, settled, **KW)
+    assert v.rule == "undetermined" and v.winner is None and v.at_edge == ("rising",)
+    assert "**undetermined**: A of rising at the edge of its grid" in v.describe()
+    # a refit at a fixed A is never "at the edge": the edge concerns fitted asymptotes only
+    assert not fit_sigmoid(*settled[1:], A=1.0, **KW).A_at_edge

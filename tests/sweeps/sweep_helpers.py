@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from rlx.runs import read_run
 from tests.conftest import CONF, ROOT
 
 SWEEPS = ROOT / "sweeps"
@@ -109,11 +109,9 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 
 
 def summary(job: Path) -> dict | None:
-    f = job / "summary.json"
-    return json.loads(f.read_text()) if f.is_file() else None
+    """The job's summary.json (rlx.runs), None when it has none."""
+    return read_run(job).summary or None
 
 
 def overrides(job: Path) -> dict[str, str]:
-    import yaml
-
-    return dict(o.split("=", 1) for o in yaml.safe_load((job / ".hydra/overrides.yaml").read_text()))
+    return dict(o.split("=", 1) for o in read_run(job).overrides)

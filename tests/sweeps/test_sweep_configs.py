@@ -20,7 +20,7 @@ def validate(cfg) -> None:
     from rlx.extrapolation import build_extrapolator
     from rlx.noise import build_noise
     from rlx.quant.formats import get_format
-    from rlx.scaling.runs import as_config
+    from rlx.scaling.config import as_config
     from rlx.tasks import REWARDS
 
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import yaml
 
 from rlx import report as R
+from rlx.runs import read_metrics
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.sweeps.test_report import table_row
 from tests.sweeps.test_sweep_configs import LOO_COMPONENT
@@ -20,7 +19,7 @@ def _recipe(cfg: dict) -> dict:
 
 
 def metrics(job):
-    return [json.loads(x) for x in (job / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(job)
 
 
 def test_next_table_runs_every_arm_and_the_extrapolating_arms_jump(tmp_path):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from rlx import report as R
+from rlx.runs import read_metrics
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.sweeps.test_report import table_row
 
@@ -34,7 +33,7 @@ def test_qerl_table1_runs_every_arm(qerl_sweep):
         assert cfg["quant"]["format"] == arm.split("_")[1]
         assert cfg["noise"]["type"] == ("aqn" if arm.endswith("aqn") else "none")
         assert cfg["logger"]["group"] == "qerl_table1"
-        steps = [json.loads(x)["step"] for x in (job / "metrics.jsonl").read_text().splitlines()]
+        steps = [r["step"] for r in read_metrics(job)]
         assert steps == [0, 1, 2]
 
 
@@ -69,7 +68,7 @@ def test_a_failing_arm_does_not_stop_the_others_and_is_marked_failed(tmp_path):
     assert summary(aqn) is None or summary(aqn)["status"] == "failed"
     s = summary(lora)
     assert s["status"] == "failed" and "fail_at_step=2" in s["error"]
-    assert [json.loads(x)["step"] for x in (lora / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert [r["step"] for r in read_metrics(lora)] == [0, 1]
     s = summary(base)
     assert s["status"] == "finished" and s["steps"] == 0 and s["val/acc"] == s["val/acc_base"]
 

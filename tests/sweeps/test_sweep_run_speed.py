@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from rlx import report as R
+from rlx.runs import read_metrics
 from tests.sweeps.sweep_helpers import SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.sweeps.test_report import table_row
 
@@ -19,7 +18,7 @@ def test_qerl_speed_runs_every_format_and_batch_and_reports_ratios(tmp_path):
     assert all(summary(j)["status"] == "finished" for j in jobs)
 
     def tokens_per_s(job):  # independent of rlx.report: median over steps 2.. of the logged throughput
-        rows = [json.loads(x) for x in (job / "metrics.jsonl").read_text().splitlines()]
+        rows = read_metrics(job)
         return float(np.median([r["perf/tokens_per_s"] for r in rows if r["step"] >= 2]))
 
     tps = {(overrides(j)["quant"], 2 * int(overrides(j)["rollout.prompts_per_step"])): tokens_per_s(j) for j in jobs}

@@ -1,0 +1,74 @@
+"""A sweep's report: read its jobs once, pick the paper's layout, render its tables, plots and the jobs table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlx.report.next import infer_next, next_tables
+from rlx.report.plots import plot_curves, plot_scaling
+from rlx.report.qerl import infer_qerl, infer_speed, qerl_tables, speed_tables
+from rlx.report.scalerl import (
+    infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables, scaling_config,
+)
+from rlx.report.sweeps import Layout, by_arm, papers, sweep_command
+from rlx.report.tables import runs_table
+from rlx.runs import Run, read_sweep
+
+LAYOUTS: dict[str, Layout] = {
+    "qerl_table1": Layout("qerl_table1", "QeRL Table 1 (tiny scale)", infer_qerl, qerl_tables, papers()["qerl"]["labels"]),
+    "qerl_speed": Layout("qerl_speed", "QeRL speed (tiny scale)", infer_speed, speed_tables),
+    "next_table": Layout("next_table", "NExt (tiny scale)", infer_next, next_tables),
+    "scalerl_losses": Layout("scalerl_losses", "ScaleRL losses (tiny scale)", infer_algo, losses_tables, scaling=True),
+    "scalerl_loo": Layout("scalerl_loo", "ScaleRL leave-one-out (tiny scale)", infer_loo, loo_tables,
+                          papers()["scalerl"]["loo_labels"], scaling=True),
+    "scalerl_offpolicy": Layout("scalerl_offpolicy", "ScaleRL off-policy families (tiny scale)", infer_offpolicy,
+                                offpolicy_tables, papers()["scalerl"]["offpolicy_labels"], scaling=True),
+}
+
+
+def detect_layout(jobs: list[Run]) -> str:
+    groups = {j.get("logger.group") for j in jobs} - {None}
+    known = [g for g in groups if g in LAYOUTS]
+    if len(known) == 1:
+        return known[0]
+    raise ValueError(f"cannot tell the sweep's layout from logger.group ({sorted(map(str, groups)) or 'unset'}); "
+                     f"pass --layout, one of {', '.join(LAYOUTS)}")
+
+
+def build_report(root: str | Path, layout: str | None = None, plots: bool = True) -> tuple[str, list[Path]]:
+    """(markdown, PNG paths) for the sweep under root; nothing is written except the PNGs."""
+    root = Path(root)
+    jobs = read_sweep(root, marker=".hydra/config.yaml")
+    name = layout or detect_layout(jobs)
+    if name not in LAYOUTS:
+        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(LAYOUTS)}")
+    lay = LAYOUTS[name]
+    for j in jobs:
+        j.arm = lay.arm_of(j)
+    arms = by_arm(jobs, lay.order)
+    n_failed = sum(not j.ok for j in jobs)
+    walls = [float(j.summary["wall_s"]) for j in jobs if j.summary.get("wall_s") is not None]
+    lines = [f"# {lay.title}: `{root}`", "",
+             f"{len(jobs)} jobs, {len(arms)} arms, {n_failed} not finished"
+             + (" (marked failed below)" if n_failed else "")
+             + (f"; job wall time {sum(walls) / 60:.1f} min in all (longest job {max(walls):.0f} s)" if walls else "")
+             + ".", ""]
+    command = sweep_command(root)
+    if command:
+        lines += ["Command (from multirun.yaml; the sweep directory was "
+                  f"`{root}`):", "", "```bash", command, "```", ""]
+    lines += lay.tables(arms, jobs)
+    pngs: list[Path] = []
+    if plots:
+        eval_key = scaling_config(jobs).metric if lay.scaling else "val/acc"
+        p = plot_curves(arms, root / "report_curves.png", lay.labels, eval_key)
+        if p is not None:
+            pngs.append(p)
+        if lay.scaling:
+            p = plot_scaling(arms, root / "report_scaling.png", lay.labels, scaling_config(jobs))
+            if p is not None:
+                pngs.append(p)
+    if pngs:
+        lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs]
+    lines += ["", "## Jobs", ""] + runs_table(jobs)
+    return "\n".join(lines) + "\n", pngs

@@ -1,0 +1,99 @@
+"""Table cells and small tables every paper's report shares: a metric over seeds, markdown, the jobs table."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from rlx.runs import Run
+
+
+@dataclass
+class Stat:
+    """A metric over the finished seeds of an arm, plus how many jobs of the arm failed."""
+
+    values: list[float]
+    failed: int = 0
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values) if self.values else math.nan
+
+    def cell(self, scale: float = 1.0, digits: int = 1) -> str:
+        if not self.values:
+            return f"failed ({self.failed})" if self.failed else "–"
+        m = self.mean * scale
+        text = f"{m:.{digits}f}"
+        if len(self.values) > 1:
+            text += f" ± {statistics.stdev(self.values) * scale:.{digits}f}"
+        note = f"n={len(self.values)}" + (f", {self.failed} failed" if self.failed else "")
+        return f"{text} ({note})"
+
+
+def stat(jobs: list[Run], value: Callable[[Run], float | None]) -> Stat:
+    vals = []
+    for j in jobs:
+        if not j.ok:
+            continue
+        v = value(j)
+        if v is not None and math.isfinite(float(v)):
+            vals.append(float(v))
+    return Stat(vals, sum(not j.ok for j in jobs))
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    clean = lambda s: str(s).replace("|", "/").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(clean(c) for c in r) + " |" for r in rows]
+
+
+def summary_value(key: str) -> Callable[[Run], float | None]:
+    return lambda j: j.summary.get(key)
+
+
+def mean_metric(key: str, skip_first: int = 0, reducer=np.mean, steps: tuple[int, int] | None = None
+                ) -> Callable[[Run], float | None]:
+    """A reduction (mean, median) of a train metric over the run's steps >= 1 (after `skip_first` of them);
+    steps=(lo, hi): only the steps in [lo, hi]."""
+
+    def get(j: Run):
+        at, vals = j.series(key)
+        keep = at >= 1 if steps is None else (at >= steps[0]) & (at <= steps[1])
+        vals = vals[keep][skip_first:]
+        return float(reducer(vals)) if vals.size else None
+
+    return get
+
+
+def logged_value(key: str, index: int) -> Callable[[Run], float | None]:
+    """The `index`-th logged value of `key` in the run's metrics (0: first, -1: last), None if never logged."""
+
+    def get(j: Run):
+        vals = j.series(key)[1]
+        return float(vals[index]) if vals.size else None
+
+    return get
+
+
+def first_tenth_mean(vals: np.ndarray) -> float:
+    return float(vals[: max(1, len(vals) // 10)].mean())
+
+
+def pct(v) -> str:
+    return "–" if v is None else f"{v:.1f}"
+
+
+def runs_table(jobs: list[Run]) -> list[str]:
+    rows = []
+    for j in jobs:
+        acc = j.summary.get("val/acc")
+        base = j.summary.get("val/acc_base")
+        rows.append([j.name, j.arm, str(j.seed), j.status, str(j.get("train.steps")),
+                     "–" if base is None else f"{100 * base:.1f}", "–" if acc is None else f"{100 * acc:.1f}",
+                     f"{j.summary['wall_s']:.0f}" if j.summary.get("wall_s") is not None else "–",
+                     j.error[:120]])
+    return md_table(["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %", "wall s", "error"], rows)

@@ -1,0 +1,223 @@
+"""The one reader of run directories and sweeps: metrics.jsonl, summary.json, .hydra config and overrides, status.
+
+A run directory (DESIGN.md) holds `.hydra/{config,overrides}.yaml`, `metrics.jsonl` (one JSON row
+per log call, each with its `step`) and, once the run ends, `summary.json` (`status` finished |
+failed, final metrics). A sweep directory holds run directories at any depth. Every command
+(report, scaling fits, compare, benchmarks), the training loop's resume and the tests read runs
+through this module; it imports nothing heavier than yaml (OmegaConf only to resolve a config).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+METRICS, SUMMARY, CONFIG, OVERRIDES = "metrics.jsonl", "summary.json", ".hydra/config.yaml", ".hydra/overrides.yaml"
+
+
+class MetricsFileError(ValueError):
+    """metrics.jsonl has an invalid line before its last one (data would be lost: never dropped silently)."""
+
+
+def parse_metrics(path: Path, text: str | None = None, strict: bool = True) -> tuple[list[tuple[str, dict]], str | None]:
+    """(line, row) of every row of a metrics.jsonl, and a message if a line was dropped (else None).
+
+    Only the last line can be half written (a kill or a full disk while appending): if it is not valid
+    JSON it is dropped (a valid row missing only its newline is kept). strict=True: any other invalid
+    line raises MetricsFileError naming the file and line number (what a resume must do); strict=False:
+    it is skipped too and counted in the message (what a report over a damaged sweep does)."""
+    path = Path(path)
+    text = path.read_text(errors="replace") if text is None else text
+    lines = text.split("\n")
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    rows, notes = [], []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            row = json.loads(ln)
+        except json.JSONDecodeError as e:
+            if i == last:
+                newline = "no newline" if i == len(lines) - 1 else "newline-terminated"
+                notes.append(f"{path}: dropped an incomplete last line (line {i + 1}, {len(ln)} chars, {newline}, "
+                             f"invalid JSON: {e.msg}) -- a write cut short by a kill or a full disk")
+                continue
+            if not strict:
+                notes.append(f"{path}: skipped line {i + 1} (invalid JSON: {e.msg})")
+                continue
+            raise MetricsFileError(f"{path}: line {i + 1} is not valid JSON ({e.msg} at column {e.colno}); only a "
+                                   f"last line may be incomplete -- refusing to drop data, fix or remove that line") from None
+        if not isinstance(row, dict) or "step" not in row:
+            if not strict:
+                notes.append(f"{path}: skipped line {i + 1} (not a metrics row)")
+                continue
+            raise MetricsFileError(f"{path}: line {i + 1} is not a metrics row (a JSON object with a step)")
+        rows.append((ln, row))
+    return rows, ("; ".join(notes) or None)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """Rows of RUN/metrics.jsonl (an incomplete last line, as a running or killed run leaves, is skipped)."""
+    return [row for _, row in parse_metrics(Path(run_dir) / METRICS)[0]]
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"algo": {"name": "grpo"}} -> {"algo.name": "grpo"}; lists become tuples (hashable)."""
+    out = {}
+    for k, v in tree.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, name + "."))
+        elif isinstance(v, list):
+            out[name] = tuple(json.dumps(x, sort_keys=True) if isinstance(x, (dict, list)) else x for x in v)
+        else:
+            out[name] = v
+    return out
+
+
+@dataclass
+class Run:
+    """One run directory, read once."""
+
+    path: Path
+    name: str  # path relative to the sweep directory it was found in
+    config: dict  # resolved config (nested); {} without .hydra/config.yaml
+    overrides: list[str]  # the job's command-line / sweeper overrides
+    choices: dict  # config-group choices Hydra recorded (hydra.runtime.choices), if hydra.yaml was kept
+    summary: dict  # summary.json; {} while running or after a crash during setup
+    records: list[dict] = field(default_factory=list)  # metrics.jsonl rows, in file order
+    skipped_lines: int = 0  # unparsable lines (e.g. the half-written last line of a killed run)
+    arm: str = ""  # set by whoever groups the runs (the report: the sweep's arm)
+
+    @property
+    def status(self) -> str:
+        """finished | failed | incomplete (no summary.json: crashed during setup, or still running)."""
+        return str(self.summary.get("status", "incomplete")) if self.summary else "incomplete"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "finished"
+
+    @property
+    def failed(self) -> bool:
+        return self.status.lower() == "failed"
+
+    @property
+    def error(self) -> str:
+        if self.status == "incomplete":
+            return "no summary.json (crashed before training started, or still running)"
+        return str(self.summary.get("error") or "")
+
+    @property
+    def seed(self):
+        return self.config.get("seed")
+
+    @property
+    def last_step(self) -> int:
+        return max((int(r["step"]) for r in self.records), default=0)
+
+    @cached_property
+    def flat(self) -> dict:
+        """The config flattened: {"algo.name": "grpo", ...}."""
+        return flatten(self.config)
+
+    def get(self, dotted: str, default=None):
+        node = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def override(self, key: str) -> str | None:
+        """The value the overrides give `key` (`key=v`, `+key=v`, `++key=v`), else None."""
+        for o in self.overrides:
+            k, sep, v = o.lstrip("+").partition("=")
+            if sep and k == key:
+                return v
+        return None
+
+    def by_step(self, key: str) -> dict[int, dict]:
+        """{step: row} of the rows that log `key` (not None); a resumed run's later row for a step wins."""
+        return {int(r["step"]): r for r in self.records if r.get(key) is not None}
+
+    def series(self, key: str):
+        """(steps [N], values [N]) as float arrays, sorted by step, of every row that logs `key`."""
+        import numpy as np
+
+        rows = self.by_step(key)
+        steps = sorted(rows)
+        return np.array(steps, dtype=float), np.array([float(rows[s][key]) for s in steps], dtype=float)
+
+
+def _read_yaml(path: Path):
+    import yaml
+
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def _load_config(path: Path) -> dict:
+    """The resolved config (an interpolation that cannot be resolved outside the run stays as written)."""
+    if not path.is_file():
+        return {}
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(path)
+    try:
+        out = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:
+        out = OmegaConf.to_container(cfg, resolve=False)
+    return out if isinstance(out, dict) else {}
+
+
+def read_run(path: str | Path, root: str | Path | None = None) -> Run:
+    """Read one run directory (every file optional; `find_runs` decides what counts as a run)."""
+    path = Path(path)
+    root = Path(root) if root is not None else path.parent
+    hydra_cfg = _read_yaml(path / ".hydra" / "hydra.yaml") or {}
+    choices = ((hydra_cfg.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+    summary = {}
+    if (path / SUMMARY).is_file():
+        try:
+            summary = json.loads((path / SUMMARY).read_text())
+        except json.JSONDecodeError:
+            summary = {"status": "failed", "error": "unreadable summary.json"}
+    records, skipped = [], 0
+    if (path / METRICS).is_file():
+        text = (path / METRICS).read_text(errors="replace")
+        records = [row for _, row in parse_metrics(path / METRICS, text, strict=False)[0]]
+        skipped = sum(1 for ln in text.split("\n") if ln.strip()) - len(records)
+    rel = str(path.relative_to(root)) if path != root and path.is_relative_to(root) else path.name
+    return Run(path, rel, _load_config(path / CONFIG), [str(o) for o in _read_yaml(path / OVERRIDES) or []],
+               {str(k): v for k, v in choices.items()}, summary, records, skipped)
+
+
+def natural_key(name: str) -> list:
+    """Sort key that orders "2" before "10"."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def find_runs(root: str | Path, marker: str = METRICS) -> list[Path]:
+    """Every directory under root (root included, any depth, no hidden ones) holding `marker`, in natural order.
+
+    marker: metrics.jsonl (runs that logged: what the fits read) or .hydra/config.yaml (every job a
+    sweep launched, including those that crashed before their first log line: what the report lists).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such directory")
+    depth = len(Path(marker).parts)
+    found = {p.parents[depth - 1] for p in root.rglob(marker)}
+    found = [d for d in found if not any(part.startswith(".") for part in d.relative_to(root).parts)]
+    if not found:
+        what = "run directory (no metrics.jsonl" if marker == METRICS else "job directory (no .hydra/config.yaml"
+        raise ValueError(f"{root}: no {what} at any depth)")
+    return sorted(found, key=lambda d: natural_key(str(d.relative_to(root))))
+
+
+def read_sweep(root: str | Path, marker: str = METRICS) -> list[Run]:
+    """Every run under root, read once, in natural path order (names relative to root)."""
+    return [read_run(d, root) for d in find_runs(root, marker)]

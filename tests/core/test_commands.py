@@ -1,0 +1,49 @@
+"""Every `python -m` command of rlx is also a console command in pyproject.toml, and each target is callable."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.conftest import ROOT
+
+SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+# python -m rlx.checkpoint adopt ... runs code under its __main__ guard (no main function to point a
+# console script at; rlx/checkpoint.py belongs to the training side)
+NO_SCRIPT = {"rlx.checkpoint"}
+
+
+def _main_modules() -> set[str]:
+    """Modules runnable with `python -m`: a __main__ guard in the file, or a package's __main__.py."""
+    out = set()
+    for path in (ROOT / "rlx").rglob("*.py"):
+        mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if path.name == "__main__.py":
+            out.add(mod.removesuffix(".__main__"))
+        elif 'if __name__ == "__main__":' in path.read_text():
+            out.add(mod)
+    return out
+
+
+def test_every_python_m_command_has_a_console_script():
+    targets = {t.split(":")[0] for t in SCRIPTS.values()}
+    bench = {f"rlx.bench.{t.split(':')[1]}" for t in SCRIPTS.values() if t.startswith("rlx.bench.commands:")}
+    covered = {t.removesuffix(".__main__").removesuffix(".cli") for t in targets} | bench
+    assert _main_modules() - NO_SCRIPT <= covered
+    assert {"rlx-train", "rlx-sweep", "rlx-report", "rlx-fit", "rlx-compare"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_console_script_targets_are_callable(name):
+    module, attr = SCRIPTS[name].split(":")
+    assert callable(getattr(importlib.import_module(module), attr))
+
+
+@pytest.mark.parametrize("module, words", [("rlx.report", "sweep_dir"), ("rlx.scaling", "fit,compare")])
+def test_python_m_still_works(module, words):
+    p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert words in p.stdout + p.stderr

@@ -1,0 +1,91 @@
+"""The analysis-only tables (formerly rlx/bench/aqn_entropy.py and next_steps.py) on hand-made and real sweeps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlx.report import build_report
+from rlx.report.qerl import noise_windows
+from tests.sweeps.test_report import finished, make_job, qerl_config, table_row
+from tests.sweeps.test_report_golden import DATA
+
+
+def test_noise_windows_are_the_steps_of_largest_aqn_noise_then_the_rest():
+    assert noise_windows(100) == [("entropy 11-30", 11, 30), ("entropy 31-100", 31, 100), ("entropy 1-100", 1, 100)]
+    assert noise_windows(5) == [("entropy 1-1", 1, 1), ("entropy 2-5", 2, 5), ("entropy 1-5", 1, 5)]
+
+
+def test_aqn_windows_compare_the_same_seed_with_and_without_noise(tmp_path):
+    # 10 steps: window 1 = steps 2-3, window 2 = steps 4-10; entropy = step (plain) and 2 * step (AQN)
+    def rows(scale):
+        return [{"step": 0, "val/acc": 0.1}] + [{"step": s, "actor/entropy": scale * s} for s in range(1, 11)]
+
+    for num, (arm, noise, scale, acc) in enumerate([("lora_nvfp4", "none", 1.0, 0.5), ("lora_nvfp4_aqn", "aqn", 2.0, 0.6)]):
+        make_job(tmp_path, num, qerl_config("nvfp4", noise, 10, 0), [f"qerl_arm={arm}", "seed=0"],
+                 finished(acc, 0.1), rows(scale))
+    make_job(tmp_path, 2, qerl_config("nvfp4", "aqn", 10, 1), ["qerl_arm=lora_nvfp4_aqn", "seed=1"],
+             finished(0.7, 0.1), rows(3.0))  # no plain run at seed 1: no row
+    md, _ = build_report(tmp_path, plots=False)
+    header = table_row(md, "seed")
+    assert header[1:4] == ["entropy 2-3 (none / aqn)", "entropy 4-10 (none / aqn)", "entropy 1-10 (none / aqn)"]
+    # hand-computed: mean(2, 3) = 2.5; mean(4..10) = 7; mean(1..10) = 5.5; AQN doubles each
+    assert table_row(md, "0") == ["0", "2.5000 / 5.0000", "7.0000 / 14.0000", "5.5000 / 11.0000", "50.0 / 60.0"]
+    assert "| 1 |" not in md.split("### AQN's effect per seed")[1].split("##")[0]
+
+
+def test_steps_to_reach_per_seed_uses_each_seeds_own_long_baseline(tmp_path):
+    def cfg(kind, steps, seed):
+        return {"seed": seed, "train": {"steps": steps}, "logger": {"group": "next_table"},
+                "extrapolation": {"type": kind, "extend_at": [30] if kind != "none" else []}}
+
+    def evals(accs):
+        return [{"step": 10 * i, "val/acc": a} for i, a in enumerate(accs)]
+
+    runs = [("none_long", "none", 80, 0, [0.1, 0.2, 0.3, 0.5]), ("next", "next", 50, 0, [0.1, 0.5, 0.6]),
+            ("none_n", "none", 50, 0, [0.1, 0.2, 0.4]),
+            ("none_long", "none", 80, 1, [0.1, 0.2, 0.3]), ("next", "next", 50, 1, [0.1, 0.2, 0.3])]
+    for num, (arm, kind, steps, seed, accs) in enumerate(runs):
+        make_job(tmp_path, num, cfg(kind, steps, seed), [f"next_arm={arm}", f"seed={seed}"],
+                 finished(accs[-1], 0.1), evals(accs))
+    md, _ = build_report(tmp_path, plots=False)
+    section = md.split("### Steps to reach, per seed (val/acc)")[1].split("### ")[0]
+    assert table_row(section, "seed")[2:] == ["GRPO-LoRA, 1.6N steps", "GRPO-LoRA, N steps", "NExt predict-extend"]
+    # seed 0: target 50% (its own 1.6N final); next reaches it at step 10, none_n never does
+    assert table_row(section, "0") == ["0", "50.0", "30 (final 50.0)", "never (final 40.0)", "10 (final 60.0)"]
+    # seed 1: target 30%; next reaches it at step 20; no none_n run at seed 1
+    assert table_row(section, "1") == ["1", "30.0", "20 (final 30.0)", "–", "20 (final 30.0)"]
+
+
+@pytest.mark.parametrize("name, title", [("qerl_table1", "### AQN's effect per seed"),
+                                         ("next_table", "### Steps to reach, per seed (val/mean_at_k)")])
+def test_the_analysis_tables_render_on_the_real_sweeps(name, title):
+    md, _ = build_report(DATA / name, plots=False)
+    section = md.split(title)[1].split("\n## ")[0]
+    assert table_row(section, "0")  # one row for the one seed of the tiny sweep
+    if name == "qerl_table1":
+        # tests/data/sweeps/qerl_table1/2 (lora_nvfp4): actor/entropy at steps 2-5 averages to 3.5793
+        assert table_row(section, "0")[2].startswith("3.5793 / ")
+
+
+def test_loo_report_labels_a_tie_and_an_undetermined_asymptote(tmp_path):
+    from tests.sweeps.test_report import sigmoid
+
+    compute = np.arange(0, 41) * 1e9
+    same = sigmoid(np.maximum(compute, 1.0), 0.6, 2.0, 8e9, 0.2) + np.random.default_rng(0).normal(0, 0.005, 41)
+    rising = sigmoid(np.maximum(compute, 1.0), 3.0, 1.0, 4e11, 0.2)  # far below its ceiling: A hits the grid top
+    for num, (arm, reward) in enumerate([("scalerl", same), ("no_fp32_head", same.copy()), ("on_policy", rising)]):
+        reward[0] = 0.2
+        rows = [{"step": 5 * i, "val/mean_at_k": float(r), "perf/compute/flops": float(c)}
+                for i, (c, r) in enumerate(zip(compute, reward))]
+        cfg = {"seed": 0, "logger": {"group": "scalerl_loo"},
+               "scaling": {"fit": "sigmoid", "metric": "val/mean_at_k", "compute": "flops", "bootstrap": 20}}
+        make_job(tmp_path, num, cfg, [f"loo_arm={arm}", "seed=0"],
+                 {"status": "finished", "val/mean_at_k": float(reward[-1])}, rows)
+    md, _ = build_report(tmp_path, plots=False)
+    tie = table_row(md, "FP32 LM head off")
+    assert tie[6] == "+0.000" and tie[7].startswith("tie (B at common A=0.605: 1.92 vs 1.92)")  # no winner
+    edge = table_row(md, "PipelineRL-8 -> on-policy (sync)")
+    assert edge[3].startswith("1.000")
+    assert edge[7] == "undetermined (A of on_policy at the edge of its grid (the data do not pin the asymptote))"
+    assert edge[9].endswith("(undetermined)")  # the row's note
