@@ -11,7 +11,7 @@ from rlx.report.scalerl import (
     infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables, scaling_config,
 )
 from rlx.report.sweeps import Layout, by_arm, papers, sweep_command
-from rlx.report.tables import runs_table
+from rlx.report.tables import completions_section, runs_table
 from rlx.runs import Run, read_sweep
 
 LAYOUTS: dict[str, Layout] = {
@@ -70,5 +70,6 @@ def build_report(root: str | Path, layout: str | None = None, plots: bool = True
                 pngs.append(p)
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs]
+    lines += completions_section(jobs, root)
     lines += ["", "## Jobs", ""] + runs_table(jobs)
     return "\n".join(lines) + "\n", pngs

@@ -97,3 +97,26 @@ def runs_table(jobs: list[Run]) -> list[str]:
                      f"{j.summary['wall_s']:.0f}" if j.summary.get("wall_s") is not None else "–",
                      j.error[:120]])
     return md_table(["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %", "wall s", "error"], rows)
+
+
+def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, width: int = 80) -> list[str]:
+    """Links to the runs' completion tables (`completions.jsonl`) and, for `per_arm` run(s) of each arm,
+    the first `rows` rows of its newest dump: what the policy actually wrote. [] when no run has one."""
+    import json
+    from pathlib import Path
+
+    out, shown = [], {}
+    for j in jobs:
+        f = j.path / "completions.jsonl"
+        if not f.is_file() or shown.get(j.arm, 0) >= per_arm:
+            continue
+        shown[j.arm] = shown.get(j.arm, 0) + 1
+        dump = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        last = [r for r in dump if r["step"] == dump[-1]["step"]][:rows] if dump else []
+        out += [f"- {j.arm or j.name}: [{f.relative_to(Path(root)).as_posix()}]({f.relative_to(Path(root)).as_posix()})"
+                + (f", step {last[0]['step']}:" if last else "")]
+        clip = lambda s: s.replace("\n", " ")[:width].replace("|", "\\|")  # noqa: E731
+        out += [f"  - `{clip(r['prompt'])}` -> `{clip(r['completion'])}` (reward {r['reward']:.2f}, advantage "
+                f"{r['advantage']:+.2f})" for r in last]
+    return ["", "## Completions", "", "What the policy wrote (newest table of one run per arm; every run's file is "
+            "linked from its directory):", ""] + out if out else []

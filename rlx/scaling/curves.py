@@ -237,7 +237,10 @@ def levenberg_marquardt(
         grad = np.einsum("kn,kni,kn->ki", weights, j, r)  # [K, p]
         diag = np.diagonal(jtj, axis1=1, axis2=2)  # [K, p]
         damp = lam[:, None] * np.maximum(diag, 1e-12 * diag.max(axis=1, keepdims=True) + 1e-300)
-        step = np.linalg.solve(jtj + damp[:, :, None] * eye, grad[:, :, None])[:, :, 0]
+        try:
+            step = np.linalg.solve(jtj + damp[:, :, None] * eye, grad[:, :, None])[:, :, 0]
+        except np.linalg.LinAlgError:  # a parameter the data cannot move (zero Jacobian column): least-norm step
+            step = (np.linalg.pinv(jtj + damp[:, :, None] * eye) @ grad[:, :, None])[:, :, 0]
         new = theta.copy()
         new[:, free] += step
         new = np.clip(new, lo, hi)

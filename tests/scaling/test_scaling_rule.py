@@ -64,3 +64,20 @@ def test_an_asymptote_at_the_grid_edge_leaves_the_pair_undetermined(noisy):
     assert "**undetermined**: A of rising at the edge of its grid" in v.describe()
     # a refit at a fixed A is never "at the edge": the edge concerns fitted asymptotes only
     assert not fit_sigmoid(*settled[1:], A=1.0, **KW).A_at_edge
+
+
+def test_a_curve_that_leaves_lm_singular_is_still_fitted():
+    """val/pq/acc against flops of a real 60-step run (issue 18's two-eval-set measurement, 200 bootstrap
+    resamples): a parameter the points cannot move made numpy's solve raise 'Singular matrix' inside
+    Levenberg-Marquardt, and the fit failed with that message."""
+    import numpy as np
+
+    from rlx.scaling.config import ScalingConfig
+    from rlx.scaling.fitting import fit_points
+
+    flops = [0, 10578168832, 20648633344, 29960527872, 38292851712, 46039822336, 53804711936, 61456114688,
+             69143355392, 77099380736, 84935946240, 92599294976, 100328346624, 108409804800, 116586830848,
+             125098344448]
+    acc = [0.02, 0.08, 0.12, 0.14, 0.09, 0.12, 0.11, 0.12, 0.16, 0.1, 0.14, 0.13, 0.08, 0.07, 0.06, 0.09]
+    fit = fit_points(flops, acc, ScalingConfig(fit="sigmoid", bootstrap=200))
+    assert 0.02 < fit.A <= 0.2 and np.isfinite(fit.B)
