@@ -129,6 +129,25 @@ def init(trainer_cfg) -> World:
     return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def join(trainer_cfg, run_dir):
+    """init(), and the run directory every rank uses: rank 0's. (Each rank's Hydra named one from its own
+    clock; the others', left empty, are removed.) Ranks other than 0 log only warnings and errors."""
+    from pathlib import Path
+
+    world = init(trainer_cfg)
+    shared = Path(world.broadcast(str(run_dir)))
+    if shared != Path(run_dir):
+        try:
+            Path(run_dir).rmdir()  # empty: rank > 0 writes no Hydra files (conf/config.yaml, rlx_rank0)
+        except OSError:
+            pass
+    if not world.is_main:  # one console
+        import logging
+
+        logging.getLogger("rlx").setLevel(logging.WARNING)
+    return world, shared
+
+
 def close(world: World) -> None:
     if world.distributed and dist.is_initialized():
         dist.destroy_process_group()

@@ -42,8 +42,7 @@ from rlx.models import base_dir, build_policy, count_params
 from rlx.noise import build_noise
 from rlx.preflight import check
 from rlx.resume import resume, save
-from rlx.rollout import SamplingParams, build_engine
-from rlx.rollout.interrupt import phrase_ids
+from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.schedule import build_schedule
 from rlx.tasks import build_task
 
@@ -121,12 +120,10 @@ def build(cfg, run_dir: Path, world: dist.World | None = None) -> Parts:
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
               n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp)
-    probe = task.train[:64] + [e for ex in task.eval_sets.values() for e in ex[:64]]  # the longest prompts it will see
-    max_len = max(len(tok(e.prompt, add_special_tokens=False).input_ids) for e in probe)
-    max_new = max(cfg.rollout.max_new_tokens + _interrupt_tokens(cfg.rollout, tok), cfg.rollout.eval_max_new_tokens or 0)
+    probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
-                            seed=cfg.seed, max_len=2 * max_len + max_new, quant_format=cfg.quant.format,
+                            seed=cfg.seed, max_len=max_sequence_len(cfg.rollout, tok, probe), quant_format=cfg.quant.format,
                             own_weights=cfg.rollout.mode == "async")
     if world.distributed:  # each rank samples its share of the prompts; every rank gets the whole batch
         p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
@@ -134,13 +131,6 @@ def build(cfg, run_dir: Path, world: dist.World | None = None) -> Parts:
     resume(p, found)
     p.engine.sync(policy, p.start_step)  # the engine samples from the (resumed) policy
     return p
-
-
-def _interrupt_tokens(rollout, tok) -> int:
-    """Tokens a forced interruption may add after the thinking budget (phrase + answer budget)."""
-    if not rollout.interrupt.enabled:
-        return 0
-    return len(phrase_ids(tok, rollout.interrupt.phrase)) + rollout.interrupt.answer_tokens
 
 
 def _warmup(s: int, warm: int) -> float:
@@ -234,29 +224,12 @@ def rl_step(p: Parts, step: int) -> dict:
     return m
 
 
-def start_world(cfg, run_dir: Path) -> tuple[dist.World, Path]:
-    """The torchrun process group (checked config first) and the run directory every rank uses: rank 0's.
-    (Each rank's Hydra named a directory from its own clock; the others', left empty, are removed.)"""
-    check(cfg)
-    world = dist.init(cfg.trainer)
-    shared = Path(world.broadcast(str(run_dir)))
-    if shared != run_dir:
-        try:
-            run_dir.rmdir()  # empty: rank > 0 writes no Hydra files (conf/config.yaml, rlx_rank0)
-        except OSError:
-            pass
-    if not world.is_main:  # one console: the other ranks say only warnings and errors
-        import logging
-
-        logging.getLogger("rlx").setLevel(logging.WARNING)
-    return world, shared
-
-
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     t_start = time.time()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    world, run_dir = start_world(cfg, run_dir)
+    check(cfg)  # before any process group or model
+    world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
     try:
         return _run(cfg, run_dir, world, t_start)
     finally:

@@ -19,6 +19,19 @@ def engine_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
+def max_sequence_len(rollout, tok, prompts: list[str]) -> int:
+    """An upper bound of prompt + completion tokens for the engine's KV cache: twice the longest of
+    `prompts` (a sample of what it will see) plus the largest completion budget (training with any forced
+    interruption's phrase and answer, or evaluation)."""
+    from rlx.rollout.interrupt import phrase_ids
+
+    longest = max(len(tok(q, add_special_tokens=False).input_ids) for q in prompts)
+    train = rollout.max_new_tokens
+    if rollout.interrupt.enabled:
+        train += len(phrase_ids(tok, rollout.interrupt.phrase)) + rollout.interrupt.answer_tokens
+    return 2 * longest + max(train, rollout.eval_max_new_tokens or 0)
+
+
 def check_engine(cfg) -> None:
     """Validate the run config's engine before any model is built (unknown name, the engine's limits)."""
     engine_class(cfg.rollout.engine).check_config(cfg)
@@ -32,4 +45,5 @@ def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, ba
                                     seed=seed, max_len=max_len, quant_format=quant_format, own_weights=own_weights)
 
 
-__all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class"]
+__all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class",
+           "max_sequence_len"]
