@@ -122,11 +122,12 @@ def test_run_on_parquet_and_saved_dataset_with_two_eval_sets_fitted(tmp_path):
         assert r["val/acc"] == pytest.approx((r["val/pq/acc"] + r["val/ds/acc"]) / 2)
     # the end-of-run fit was made on val/ds/acc: a result, or (a 4-step tiny run's curve is mostly noise)
     # the fitter's reason about that curve, never a missing metric
+    from rlx.runs import read_run
     from rlx.scaling import fit_run
-    from rlx.scaling.logs import read_run
+    from rlx.scaling.grouping import evaluations
 
     assert summary["status"] == "finished" and ("scaling/A" in summary or "flat curve" in summary["scaling/error"])
-    series = read_run(tmp_path / "run").series("val/ds/acc", "steps")
+    series = evaluations(read_run(tmp_path / "run"), "val/ds/acc", "steps")
     assert series.reward.tolist() == [r["val/ds/acc"] for r in rows] and series.step.tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="no evaluation logs 'val/nope/acc'"):
         fit_run(tmp_path / "run", {**OmegaConf.to_container(cfg.scaling), "metric": "val/nope/acc"})
