@@ -1,3 +1,5 @@
+"""The `algo` config group's schema (AlgoConfig): every knob of the RL objective, validated by rlx.algo.check_config."""
+
 from dataclasses import dataclass
 
 
