@@ -106,10 +106,13 @@ def classify(fit, max_width: float = 0.5) -> tuple[str, str]:
 
 
 def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin: float = 0.02,
-           flat_before: dict[str, int] | None = None, flat_rounds: int = 2) -> list[Decision]:
+           flat_before: dict[str, int] | None = None, flat_rounds: int = 2,
+           reach_p: Callable[[str, float], float] | None = None, reach_alpha: float = 0.01) -> list[Decision]:
     """The decision for every arm in `fits` (the arms still running) after round `round_`.
 
     budgets: {arm: train.steps it has run to}; flat_before: {arm: consecutive flat rounds before this one}.
+    reach_p(arm, A): p-value of "the arm's asymptote is A" (`reach_test`); an arm the intervals rule out
+    stops only when p < reach_alpha (None: the intervals alone decide).
     """
     flat_before = flat_before or {}
     determined = {a: f for a, f in fits.items() if f.status == "determined"}
@@ -133,8 +136,14 @@ def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin
         elif arm == leader:
             d.reason = "leader (highest A among determined fits)"
         elif iv[1] + margin < lead_lo - 1e-12:
-            d.decision = "stop"
-            d.reason = f"A_hi {iv[1]:.3f} + margin {margin:g} < leader {leader}'s A_lo {lead_lo:.3f}"
+            p = reach_p(arm, lead_lo - margin) if reach_p is not None else 0.0
+            if p < reach_alpha:
+                d.decision = "stop"
+                d.reason = f"A_hi {iv[1]:.3f} + margin {margin:g} < leader {leader}'s A_lo {lead_lo:.3f}" + (
+                    f"; a refit with A = {lead_lo - margin:.3f} is rejected (F-test p = {p:.2g})" if reach_p else "")
+            else:
+                d.reason = (f"A_hi {iv[1]:.3f} + margin {margin:g} < leader {leader}'s A_lo {lead_lo:.3f}, but a refit "
+                            f"with A = {lead_lo - margin:.3f} fits about as well (F-test p = {p:.2g}): can still win")
         else:
             d.reason = f"can still win: A_hi {iv[1]:.3f} + margin {margin:g} >= leader {leader}'s A_lo {lead_lo:.3f}"
         out.append(d)
@@ -149,7 +158,29 @@ def decide_points(round_: int, points: dict[str, tuple], budgets: dict[str, int]
                   **fit_overrides) -> list[Decision]:
     """Fit every arm's pooled points {arm: (compute [N], reward [N], R0)} and `decide`."""
     fits = {arm: fit_arm(c, y, r0, cfg, max_width, **fit_overrides) for arm, (c, y, r0) in points.items()}
-    return decide(round_, fits, budgets, cfg.margin, flat_before, flat_rounds)
+    reach = lambda arm, a: reach_test(*points[arm], fits[arm].fit, a, cfg, **fit_overrides)  # noqa: E731
+    return decide(round_, fits, budgets, cfg.margin, flat_before, flat_rounds, reach)
+
+
+def reach_test(compute, reward, r0, fit, A: float, cfg, **fit_overrides) -> float:
+    """p-value of the F-test of the arm's free fit against a refit with its asymptote held at A (ScaleRL's
+    fixed-A refit): small p means the data reject A. Bootstrap intervals of A fitted before the curve's
+    midpoint can be narrow and wrong (a curve that has not bent yet looks like one that has saturated
+    low); this test asks the data directly. 1.0 when the refit fails (never a reason to stop)."""
+    from scipy.special import fdtrc
+
+    from rlx.scaling.fitting import fit_points
+
+    try:
+        held = fit_points(compute, reward, cfg, kind="sigmoid", r0=r0, **{**fit_overrides, "A": A, "bootstrap": 0,
+                                                                          "flat_alpha": 0.0})
+    except ValueError:
+        return 1.0
+    dof = fit.n_points - 3
+    if dof <= 0 or fit.sse <= 0:
+        return 0.0 if held.sse > fit.sse else 1.0
+    f = max(held.sse - fit.sse, 0.0) / (fit.sse / dof)
+    return float(fdtrc(1, dof, f)) if f > 0 else 1.0
 
 
 # ---- decisions on disk ---------------------------------------------------------------------------
