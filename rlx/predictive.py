@@ -155,11 +155,11 @@ def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin
 
 def decide_points(round_: int, points: dict[str, tuple], budgets: dict[str, int], cfg,
                   flat_before: dict[str, int] | None = None, flat_rounds: int = 2, max_width: float = 0.5,
-                  **fit_overrides) -> list[Decision]:
+                  reach_alpha: float = 0.01, **fit_overrides) -> list[Decision]:
     """Fit every arm's pooled points {arm: (compute [N], reward [N], R0)} and `decide`."""
     fits = {arm: fit_arm(c, y, r0, cfg, max_width, **fit_overrides) for arm, (c, y, r0) in points.items()}
     reach = lambda arm, a: reach_test(*points[arm], fits[arm].fit, a, cfg, **fit_overrides)  # noqa: E731
-    return decide(round_, fits, budgets, cfg.margin, flat_before, flat_rounds, reach)
+    return decide(round_, fits, budgets, cfg.margin, flat_before, flat_rounds, reach, reach_alpha)
 
 
 def reach_test(compute, reward, r0, fit, A: float, cfg, **fit_overrides) -> float:
@@ -235,6 +235,7 @@ class Schedule:
     growth: int = 2
     flat_rounds: int = 2
     max_width: float = 0.5
+    reach_alpha: float = 0.01
 
     def budget(self, r: int) -> int:
         return int(self.first_steps * self.growth**r)
@@ -321,7 +322,8 @@ def run_rounds(name: str, overrides: list[str], schedule: Schedule,
             return rc, sweep_dir
         budgets.update({a: steps for a in alive})
         points, cfg = arm_points(sweep_dir, arm_key, alive)
-        decisions = decide_points(r, points, budgets, cfg, flats, schedule.flat_rounds, schedule.max_width)
+        decisions = decide_points(r, points, budgets, cfg, flats, schedule.flat_rounds, schedule.max_width,
+                                  schedule.reach_alpha)
         append_decisions(sweep_dir, decisions)
         for d in decisions:
             print("[predictive] " + d.line(), flush=True)

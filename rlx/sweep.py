@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="train.steps of round 0 (default: the sweep's train.steps / growth^(rounds-1))")
     pred.add_argument("--growth", type=int, default=2, help="budget factor per round (default 2: doubling)")
     pred.add_argument("--flat-rounds", type=int, default=2, help="consecutive flat fits that stop an arm (default 2)")
+    pred.add_argument("--reach-alpha", type=float, default=0.01,
+                      help="an arm the A intervals rule out stops only if a refit at the leader's A_lo - margin is "
+                           "rejected at this level (default 0.01)")
     args = parser.parse_args(argv)
     sweeps = available()
     if args.list or not args.name:
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             rc, sweep_dir = run_rounds(args.name, list(args.overrides), Schedule(
-                args.rounds, args.first_steps, args.growth, args.flat_rounds))
+                args.rounds, args.first_steps, args.growth, args.flat_rounds, reach_alpha=args.reach_alpha))
         except ValueError as err:
             parser.error(str(err))
     else:

@@ -65,7 +65,8 @@ def scenario(rng: np.random.Generator, arms: int, max_gap: float) -> list[dict]:
 
 def simulate(n_scenarios: int = 200, arms: int = 4, seeds: int = 3, rounds: int = 4, first_steps: int = 10,
              eval_every: int = 5, noise: float = 0.02, seed_sd: float = 0.005, max_gap: float = 0.25,
-             r0: float = 0.05, bootstrap: int = 50, margin: float = 0.02, seed: int = 0) -> Figures:
+             r0: float = 0.05, bootstrap: int = 50, margin: float = 0.02, seed: int = 0, flat_rounds: int = 2,
+             reach_alpha: float = 0.01) -> Figures:
     """Run `n_scenarios` synthetic predictive sweeps through the real fitting and decision code."""
     rng = np.random.default_rng(seed)
     cfg = ScalingConfig(fit="sigmoid", compute="steps", bootstrap=bootstrap, margin=margin)
@@ -84,7 +85,7 @@ def simulate(n_scenarios: int = 200, arms: int = 4, seeds: int = 3, rounds: int 
             seen = steps <= budget
             points = {a: pool([Series(steps[seen], steps[seen].astype(float), y[seen]) for y in curves[a]])
                       for a in alive}
-            decisions = decide_points(r, points, budgets, cfg, flats)
+            decisions = decide_points(r, points, budgets, cfg, flats, flat_rounds, reach_alpha=reach_alpha)
             flats = {d.arm: d.flat_rounds for d in decisions}
             fig.decisions += len(decisions)
             fig.fits_undetermined += sum(d.fit == "undetermined" for d in decisions)
@@ -119,9 +120,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed-sd", type=float, default=0.005)
     parser.add_argument("--bootstrap", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--flat-rounds", type=int, default=2)
+    parser.add_argument("--reach-alpha", type=float, default=0.01)
     a = parser.parse_args(argv)
     fig = simulate(a.scenarios, a.arms, a.seeds, a.rounds, a.first_steps, noise=a.noise, seed_sd=a.seed_sd,
-                   bootstrap=a.bootstrap, seed=a.seed)
+                   bootstrap=a.bootstrap, seed=a.seed, flat_rounds=a.flat_rounds, reach_alpha=a.reach_alpha)
     out = fig.summary()
     for k, v in out.items():
         print(f"{k:22s} {v:.4g}" if isinstance(v, float) else f"{k:22s} {v}")
