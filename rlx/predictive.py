@@ -9,7 +9,8 @@ The rule (`decide`), after each round, with every arm's seeds pooled and fitted 
   otherwise (A at the grid edge, interval too wide or missing, fit failed, too few points);
 - the leader is the determined arm with the highest A;
 - a determined arm stops when A_hi(arm) + margin < A_lo(leader) (margin: `scaling.margin`, ScaleRL's 0.02);
-- an arm whose fit is flat for `flat_rounds` (2) consecutive rounds stops;
+- an arm whose fit is flat for `flat_rounds` (3) consecutive rounds stops (the issue's 2 stopped a slow
+  starter in the synthetic runs: docs/predictive.md);
 - an undetermined fit never stops an arm, and a round never stops every arm still running.
 Survivors run the next round with the budget times `growth`, in the same run directories, so every
 job resumes from its checkpoint (rlx.train's resume).
@@ -106,8 +107,8 @@ def classify(fit, max_width: float = 0.5) -> tuple[str, str]:
 
 
 def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin: float = 0.02,
-           flat_before: dict[str, int] | None = None, flat_rounds: int = 2,
-           reach_p: Callable[[str, float], float] | None = None, reach_alpha: float = 0.01) -> list[Decision]:
+           flat_before: dict[str, int] | None = None, flat_rounds: int = 3,
+           reach_p: Callable[[str, float], float] | None = None, reach_alpha: float = 0.001) -> list[Decision]:
     """The decision for every arm in `fits` (the arms still running) after round `round_`.
 
     budgets: {arm: train.steps it has run to}; flat_before: {arm: consecutive flat rounds before this one}.
@@ -154,8 +155,8 @@ def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin
 
 
 def decide_points(round_: int, points: dict[str, tuple], budgets: dict[str, int], cfg,
-                  flat_before: dict[str, int] | None = None, flat_rounds: int = 2, max_width: float = 0.5,
-                  reach_alpha: float = 0.01, **fit_overrides) -> list[Decision]:
+                  flat_before: dict[str, int] | None = None, flat_rounds: int = 3, max_width: float = 0.5,
+                  reach_alpha: float = 0.001, **fit_overrides) -> list[Decision]:
     """Fit every arm's pooled points {arm: (compute [N], reward [N], R0)} and `decide`."""
     fits = {arm: fit_arm(c, y, r0, cfg, max_width, **fit_overrides) for arm, (c, y, r0) in points.items()}
     reach = lambda arm, a: reach_test(*points[arm], fits[arm].fit, a, cfg, **fit_overrides)  # noqa: E731
@@ -233,9 +234,9 @@ class Schedule:
     rounds: int = 4
     first_steps: int = 0  # 0: the sweep file's train.steps / growth^(rounds - 1) (the last round reaches it)
     growth: int = 2
-    flat_rounds: int = 2
+    flat_rounds: int = 3
     max_width: float = 0.5
-    reach_alpha: float = 0.01
+    reach_alpha: float = 0.001
 
     def budget(self, r: int) -> int:
         return int(self.first_steps * self.growth**r)

@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     pred.add_argument("--first-steps", type=int, default=0,
                       help="train.steps of round 0 (default: the sweep's train.steps / growth^(rounds-1))")
     pred.add_argument("--growth", type=int, default=2, help="budget factor per round (default 2: doubling)")
-    pred.add_argument("--flat-rounds", type=int, default=2, help="consecutive flat fits that stop an arm (default 2)")
-    pred.add_argument("--reach-alpha", type=float, default=0.01,
+    pred.add_argument("--flat-rounds", type=int, default=3, help="consecutive flat fits that stop an arm (default 3)")
+    pred.add_argument("--reach-alpha", type=float, default=0.001,
                       help="an arm the A intervals rule out stops only if a refit at the leader's A_lo - margin is "
-                           "rejected at this level (default 0.01)")
+                           "rejected at this level (default 0.001)")
     args = parser.parse_args(argv)
     sweeps = available()
     if args.list or not args.name:

@@ -42,6 +42,7 @@ class Figures:
     fits_undetermined: int = 0
     decisions: int = 0
     seconds: float = 0.0
+    stops_by_round: dict = field(default_factory=dict)  # {round: arms stopped after it}
     false_stop_cases: list = field(default_factory=list)
 
     @property
@@ -52,7 +53,8 @@ class Figures:
         return {"scenarios": self.scenarios, "arms": self.arms, "near_best_arms": self.near_best,
                 "false_stops": self.false_stops, "false_stop_rate": self.false_stops / max(self.near_best, 1),
                 "clear_losers": self.clear_losers, "clear_losers_stopped": self.losers_stopped,
-                "compute_saved": self.saved, "undetermined_share": self.fits_undetermined / max(self.decisions, 1),
+                "compute_saved": self.saved, "stops_by_round": dict(sorted(self.stops_by_round.items())),
+                "undetermined_share": self.fits_undetermined / max(self.decisions, 1),
                 "seconds": self.seconds}
 
 
@@ -65,8 +67,8 @@ def scenario(rng: np.random.Generator, arms: int, max_gap: float) -> list[dict]:
 
 def simulate(n_scenarios: int = 200, arms: int = 4, seeds: int = 3, rounds: int = 4, first_steps: int = 10,
              eval_every: int = 5, noise: float = 0.02, seed_sd: float = 0.005, max_gap: float = 0.25,
-             r0: float = 0.05, bootstrap: int = 50, margin: float = 0.02, seed: int = 0, flat_rounds: int = 2,
-             reach_alpha: float = 0.01) -> Figures:
+             r0: float = 0.05, bootstrap: int = 50, margin: float = 0.02, seed: int = 0, flat_rounds: int = 3,
+             reach_alpha: float = 0.001) -> Figures:
     """Run `n_scenarios` synthetic predictive sweeps through the real fitting and decision code."""
     rng = np.random.default_rng(seed)
     cfg = ScalingConfig(fit="sigmoid", compute="steps", bootstrap=bootstrap, margin=margin)
@@ -92,6 +94,7 @@ def simulate(n_scenarios: int = 200, arms: int = 4, seeds: int = 3, rounds: int 
             for d in decisions:
                 if d.decision == "stop":
                     stopped.add(d.arm)
+                    fig.stops_by_round[r] = fig.stops_by_round.get(r, 0) + 1
                     if truth[d.arm]["A"] >= best - margin:
                         fig.false_stop_cases.append({"truth": truth, "decision": d.line()})
             alive = [d.arm for d in decisions if d.decision == "continue"]
@@ -120,8 +123,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed-sd", type=float, default=0.005)
     parser.add_argument("--bootstrap", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--flat-rounds", type=int, default=2)
-    parser.add_argument("--reach-alpha", type=float, default=0.01)
+    parser.add_argument("--flat-rounds", type=int, default=3)
+    parser.add_argument("--reach-alpha", type=float, default=0.001)
     a = parser.parse_args(argv)
     fig = simulate(a.scenarios, a.arms, a.seeds, a.rounds, a.first_steps, noise=a.noise, seed_sd=a.seed_sd,
                    bootstrap=a.bootstrap, seed=a.seed, flat_rounds=a.flat_rounds, reach_alpha=a.reach_alpha)

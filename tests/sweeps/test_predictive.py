@@ -60,10 +60,14 @@ def test_undetermined_fits_never_stop_and_never_lead():
 
 def test_flat_twice_stops_flat_once_does_not():
     fits = {"lead": arm(0.60, 0.58, 0.62), "flat": ArmFit("flat", note="no fit: flat curve: ...")}
-    once = by_arm(decide(0, fits, {"lead": 10, "flat": 10}))
+    once = by_arm(decide(0, fits, {"lead": 10, "flat": 10}, flat_rounds=2))
     assert once["flat"].decision == "continue" and once["flat"].flat_rounds == 1
-    twice = by_arm(decide(1, fits, {"lead": 20, "flat": 20}, flat_before={"flat": once["flat"].flat_rounds}))
+    twice = by_arm(decide(1, fits, {"lead": 20, "flat": 20}, flat_before={"flat": once["flat"].flat_rounds},
+                          flat_rounds=2))
     assert twice["flat"].decision == "stop" and twice["flat"].flat_rounds == 2
+    # the default waits for a third flat round (docs/predictive.md: two stopped a slow starter)
+    assert by_arm(decide(1, fits, {"lead": 20, "flat": 20}, flat_before={"flat": 1}))["flat"].decision == "continue"
+    assert by_arm(decide(2, fits, {"lead": 40, "flat": 40}, flat_before={"flat": 2}))["flat"].decision == "stop"
     # a round that is not flat resets the count
     reset = by_arm(decide(1, {"lead": arm(0.60, 0.58, 0.62), "flat": arm(0.59, 0.55, 0.63)}, {"lead": 1, "flat": 1},
                           flat_before={"flat": 1}))
@@ -72,7 +76,7 @@ def test_flat_twice_stops_flat_once_does_not():
 
 def test_a_round_never_stops_every_arm():
     fits = {"a": ArmFit("flat"), "b": ArmFit("flat")}
-    d = decide(2, fits, {"a": 40, "b": 40}, flat_before={"a": 1, "b": 1})
+    d = decide(2, fits, {"a": 40, "b": 40}, flat_before={"a": 1, "b": 1}, flat_rounds=2)
     assert [x.decision for x in d] == ["continue", "continue"] and "never stops every arm" in d[0].reason
 
 
@@ -80,6 +84,7 @@ def test_refit_that_reaches_the_leader_keeps_the_arm():
     fits = {"lead": arm(0.60, 0.58, 0.62), "low": arm(0.40, 0.38, 0.42)}
     d = by_arm(decide(0, fits, {"lead": 1, "low": 1}, reach_p=lambda a, A: 0.5))
     assert d["low"].decision == "continue" and "fits about as well" in d["low"].reason
+    assert by_arm(decide(0, fits, {"lead": 1, "low": 1}, reach_p=lambda a, A: 0.005))["low"].decision == "continue"
     d = by_arm(decide(0, fits, {"lead": 1, "low": 1}, reach_p=lambda a, A: 1e-6))
     assert d["low"].decision == "stop" and "rejected" in d["low"].reason
 
@@ -176,3 +181,25 @@ def test_driver_refuses_keys_it_sets():
     with pytest.raises(ValueError, match="subdir"):
         split_overrides(["hydra.sweep.subdir=x"], "loo_arm", ["a"])
     assert split_overrides(["seed=0", "loo_arm=a,b"], "loo_arm", ["x"]) == (["seed=0"], ["a", "b"])
+
+
+def test_real_two_round_sweep_resumes_each_job_in_its_directory(tmp_path):
+    """`python -m rlx.sweep --predictive` on scalerl_loo at smoke size: 2 arms x 1 seed, 2 rounds (3 then 6 steps)."""
+    from rlx.report import build_report
+    from rlx.runs import read_sweep
+    from rlx.sweep import main
+    from tests.sweeps.sweep_helpers import BATCH, SMOKE
+
+    rc = main(["--predictive", "--rounds", "2", "--first-steps", "3", "--no-report", "scalerl_loo",
+               "loo_arm=scalerl,on_policy", "seed=0", *SMOKE, *BATCH, f"hydra.sweep.dir={tmp_path}"])
+    assert rc == 0
+    runs = {r.name: r for r in read_sweep(tmp_path)}
+    assert sorted(runs) == ["on_policy_seed0", "scalerl_seed0"]
+    for run in runs.values():
+        assert [r["step"] for r in run.records if "val/acc" in r] == list(range(7))  # round 1 went on from step 3
+        assert run.get("train.steps") == 6 and run.ok
+        assert (run.path / "ckpt" / "step_6").is_dir()
+    assert "resume" in (runs["scalerl_seed0"].path / "train.log").read_text()
+    assert [r["round"] for r in read_decisions(tmp_path)] == [0, 0, 1, 1]
+    md, _ = build_report(tmp_path, plots=False)
+    assert "## Predictive schedule" in md and "| scalerl | 6 |" in md
