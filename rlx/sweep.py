@@ -5,6 +5,9 @@ A thin launcher over the one-command form
 that works from any directory (it finds the repository's sweeps/), fixes the sweep directory up
 front (outputs/sweeps/NAME/<timestamp> under the current directory, unless the overrides give
 hydra.sweep.dir) and runs `python -m rlx.report` on it at the end. `--list` prints the sweeps.
+
+`--predictive` runs the arms in rounds of growing train.steps (`--rounds`, `--first-steps`,
+`--growth`) and stops the arms their fits rule out (rlx/predictive.py, docs/predictive.md).
 """
 
 from __future__ import annotations
@@ -49,6 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides for every job")
     parser.add_argument("--list", action="store_true", help="list the sweeps and exit")
     parser.add_argument("--no-report", action="store_true", help="do not run rlx.report at the end")
+    pred = parser.add_argument_group("predictive schedule (docs/predictive.md)")
+    pred.add_argument("--predictive", action="store_true",
+                      help="run the arms in rounds of growing budget; stop those the fits rule out")
+    pred.add_argument("--rounds", type=int, default=4, help="rounds at most (default 4)")
+    pred.add_argument("--first-steps", type=int, default=0,
+                      help="train.steps of round 0 (default: the sweep's train.steps / growth^(rounds-1))")
+    pred.add_argument("--growth", type=int, default=2, help="budget factor per round (default 2: doubling)")
+    pred.add_argument("--flat-rounds", type=int, default=3, help="consecutive flat fits that stop an arm (default 3)")
+    pred.add_argument("--reach-alpha", type=float, default=0.001,
+                      help="an arm the A intervals rule out stops only if a refit at the leader's A_lo - margin is "
+                           "rejected at this level (default 0.001)")
     args = parser.parse_args(argv)
     sweeps = available()
     if args.list or not args.name:
@@ -57,10 +71,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.name not in sweeps:
         parser.error(f"unknown sweep {args.name!r}; choose one of {', '.join(sweeps)}")
-    sweep_dir, overrides = sweep_dir_of(args.name, list(args.overrides))
-    cmd = train_command(args.name, overrides)
-    print("+ " + " ".join(cmd), flush=True)
-    rc = subprocess.run(cmd).returncode
+    if args.predictive:
+        from rlx.predictive import Schedule, run_rounds
+
+        try:
+            rc, sweep_dir = run_rounds(args.name, list(args.overrides), Schedule(
+                args.rounds, args.first_steps, args.growth, args.flat_rounds, reach_alpha=args.reach_alpha))
+        except ValueError as err:
+            parser.error(str(err))
+    else:
+        sweep_dir, overrides = sweep_dir_of(args.name, list(args.overrides))
+        cmd = train_command(args.name, overrides)
+        print("+ " + " ".join(cmd), flush=True)
+        rc = subprocess.run(cmd).returncode
     if rc != 0:
         print(f"[sweep] rlx.train exited with {rc}", file=sys.stderr)
         return rc

@@ -11,7 +11,7 @@ from rlx.report.scalerl import (
     infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables, scaling_config,
 )
 from rlx.report.sweeps import Layout, by_arm, papers, sweep_command
-from rlx.report.tables import completions_section, runs_table
+from rlx.report.tables import completions_section, predictive_section, runs_table
 from rlx.runs import Run, read_sweep
 
 LAYOUTS: dict[str, Layout] = {
@@ -58,6 +58,7 @@ def build_report(root: str | Path, layout: str | None = None, plots: bool = True
         lines += ["Command (from multirun.yaml; the sweep directory was "
                   f"`{root}`):", "", "```bash", command, "```", ""]
     lines += lay.tables(arms, jobs)
+    lines += predictive_section(root)
     pngs: list[Path] = []
     if plots:
         eval_key = scaling_config(jobs).metric if lay.scaling else "val/acc"

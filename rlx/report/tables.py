@@ -120,3 +120,29 @@ def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, 
                 f"{r['advantage']:+.2f})" for r in last]
     return ["", "## Completions", "", "What the policy wrote (newest table of one run per arm; every run's file is "
             "linked from its directory):", ""] + out if out else []
+
+
+def predictive_section(root) -> list[str]:
+    """A predictive sweep's schedule (SWEEP_DIR/predictive.jsonl, rlx/predictive.py): the budget each arm
+    received and, for a stopped arm, the round and reason. [] for a sweep that ran every arm to the end."""
+    from rlx.predictive import DECISIONS_MD, arm_outcomes, read_decisions
+
+    records = read_decisions(root)
+    if not records:
+        return []
+    last = max(r["budget"] for r in records)
+    rows = []
+    for arm, r in arm_outcomes(records).items():
+        a = "–" if r.get("A") is None else f"{r['A']:.3f}" + (
+            "" if r.get("A_lo") is None else f" [{r['A_lo']:.3f}, {r['A_hi']:.3f}]")
+        stopped = r["decision"] == "stop"
+        rows.append([arm, str(r["budget"]), a, f"stopped after round {r['round']}" if stopped else "ran on",
+                     r["reason"] if stopped else "–"])
+    spent = sum(r["budget"] for r in arm_outcomes(records).values())
+    full = last * len(rows)
+    return ["", "## Predictive schedule", "",
+            f"Arms ran in rounds of growing train.steps; after each round the fits decided which go on "
+            f"(docs/predictive.md; every decision in [{DECISIONS_MD}]({DECISIONS_MD})). Steps per seed: {spent} "
+            f"of {full} had every arm run to {last} ({100 * (1 - spent / full):.0f}% saved). A stopped arm's "
+            f"fitted curve runs on to the target compute in the scaling plot (ScaleRL layouts).", ""] + md_table(
+        ["arm", "steps", "A [interval] at its last round", "outcome", "reason"], rows)
