@@ -10,6 +10,7 @@ leaves nothing half-written.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -53,6 +54,13 @@ def resolve_gguf(spec: str) -> Path:
 
 
 def file_digest(path: Path) -> str:
+    """The cache key of a GGUF file: its content hash (read once per process while size and mtime hold)."""
+    st = path.stat()
+    return _digest(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     h = hashlib.sha256(f"v{CACHE_VERSION}".encode())
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

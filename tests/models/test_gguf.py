@@ -159,6 +159,21 @@ def test_prompts_go_through_the_chat_template_and_the_policy_generates(tiny_gguf
     assert plain.train[0].prompt == raw  # string prompts stay as they are without model.chat_prompts
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "nf4", "mxfp4"])
+def test_every_quant_format_applies_to_the_converted_model(tiny_gguf, tmp_path_factory, fmt):
+    from rlx.models import build_policy
+    from rlx.quant.linear import QuantLinear
+    from rlx.tasks import build_task
+
+    cfg = _cfg(tiny_gguf, tmp_path_factory.getbasetemp() / "quant_cache", [f"quant={fmt}"])
+    task = build_task(cfg.task)
+    policy, tok = build_policy(cfg, task, log=lambda *_: None)
+    assert sum(isinstance(m, QuantLinear) for m in policy.modules()) == 2 * 7  # every projection of 2 layers
+    ids = tok(task.eval[0].prompt, return_tensors="pt")
+    out = policy.generate(**ids, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert out.shape[1] > ids.input_ids.shape[1]
+
+
 def test_chat_prompts_without_a_template_are_refused():
     from rlx.models import load_tokenizer
     from rlx.tasks import build_task
