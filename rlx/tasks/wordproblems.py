@@ -25,9 +25,9 @@ TEMPLATES = {
     "/": ["{n} splits the {o} into {b} equal groups and keeps only one group.",
           "{n} packs the {o} into {b} boxes with the same number in each and keeps one box."],
 }
-# SmolLM2 copies a literal '#### N' placeholder (docs/models.md), so the format is described, not templated
-INSTRUCTION = ("Solve the problem step by step. Then, on the last line, write '####' followed by the final answer "
-               "as a number.")
+# SmolLM2 often copies the '#### N' placeholder literally, yet a wording without it ("write '####' followed
+# by the final answer as a number") measured 0/50 greedy against 4/50 for this one (docs/models.md)
+INSTRUCTION = "Solve the problem step by step, then write the final answer on the last line as '#### N'."
 MAX_VALUE = 1000  # counts stay in [0, MAX_VALUE]
 
 

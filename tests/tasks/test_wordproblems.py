@@ -48,7 +48,7 @@ def test_answers_recompute_and_the_text_states_every_number(steps):
         story = ex.prompt.split("\n")[0]
         numbers = [int(n) for n in re.findall(r"\d+", story)]
         assert numbers == [ex.columns["start"]] + [b for _, b in ex.columns["steps"]]  # in order, nothing else
-        assert story.endswith("have now?") and "write '####' followed by the final answer" in ex.prompt
+        assert story.endswith("have now?") and "'#### N'" in ex.prompt
         assert ex.solution.splitlines()[-1] == f"#### {ex.answer}" and len(ex.solution.splitlines()) == steps + 1
         ops_seen |= {op for op, _ in ex.columns["steps"]}
     assert ops_seen == {"+", "-", "*", "/"}
