@@ -37,7 +37,7 @@ def check(cfg) -> D.Trainer:
         raise ValueError(f"train.steps must be >= 0, got {cfg.train.steps}")
     if cfg.train.resume not in ("auto", "never"):
         raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
-    if cfg.model.source == "gguf":  # the file (and its package) exist; a conversion waits for the model build
+    if cfg.model.source == "gguf":  # the file (and its package) exist; rollout=vllm's head_dim check below converts it
         from rlx.models.gguf import resolve_gguf
 
         resolve_gguf(cfg.model.gguf_file)
