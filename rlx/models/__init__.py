@@ -13,7 +13,13 @@ from rlx.models.tokenizer import build_char_tokenizer
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _hf_path(model_cfg) -> Path:
+def _hf_path(model_cfg, log=print) -> Path:
+    """The local HF checkpoint of a non-tiny model: model.path (source hf), or the cached conversion
+    of model.gguf_file (source gguf, converted on first use)."""
+    if model_cfg.source == "gguf":
+        from rlx.models.gguf import converted_dir
+
+        return converted_dir(model_cfg, log)
     if not model_cfg.path:
         raise ValueError("model.source=hf needs model.path (a local directory with a causal LM and its tokenizer)")
     path = Path(model_cfg.path).expanduser()
@@ -22,19 +28,19 @@ def _hf_path(model_cfg) -> Path:
     return path
 
 
-def load_tokenizer(model_cfg):
+def load_tokenizer(model_cfg, log=print):
     """The policy's tokenizer (no model weights), with model.chat_template set on it when given."""
     if model_cfg.source == "tiny":
         tok = build_char_tokenizer()
-    elif model_cfg.source == "hf":
+    elif model_cfg.source in ("hf", "gguf"):
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(_hf_path(model_cfg), local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(_hf_path(model_cfg, log), local_files_only=True)
         tok.padding_side = "left"
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
     else:
-        raise ValueError(f"model.source: unknown source '{model_cfg.source}'; expected tiny or hf")
+        raise ValueError(f"model.source: unknown source '{model_cfg.source}'; expected tiny, hf or gguf")
     if model_cfg.get("chat_template"):
         tok.chat_template = model_cfg.chat_template
     return tok
@@ -44,10 +50,10 @@ def load_hf(model_cfg, log=print, tok=None):
     """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
     from transformers import AutoModelForCausalLM
 
-    path = _hf_path(model_cfg)
+    path = _hf_path(model_cfg, log)
     if model_cfg.dtype not in DTYPES:
         raise ValueError(f"model.dtype: '{model_cfg.dtype}' is not one of {sorted(DTYPES)}")
-    tok = load_tokenizer(model_cfg) if tok is None else tok
+    tok = load_tokenizer(model_cfg, log) if tok is None else tok
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True)
     log(f"[model] loaded {type(model).__name__} from {path}")
     return model.eval(), tok
@@ -55,9 +61,10 @@ def load_hf(model_cfg, log=print, tok=None):
 
 def load_base(cfg, task, log=print):
     """(model, tokenizer) of the base policy before quantization and LoRA. Chat prompts are rendered
-    with the tokenizer first: the tiny base's SFT trains on the rendered prompts."""
-    tok = load_tokenizer(cfg.model)
-    task.render_chat(tok)
+    with the tokenizer first (every prompt when model.chat_prompts): the tiny base's SFT trains on the
+    rendered prompts."""
+    tok = load_tokenizer(cfg.model, log)
+    task.render_chat(tok, all_prompts=cfg.model.chat_prompts)
     if cfg.model.source == "tiny":
         model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, log, tok)
         return model, tok
@@ -98,7 +105,7 @@ def base_dir(cfg) -> Path:
     """The directory holding the base model's HF checkpoint (what a vLLM engine loads)."""
     if cfg.model.source == "tiny":
         return Path(cfg.model.cache_dir).expanduser().resolve() / f"tiny-{cache_key(cfg.model, cfg.task)}"
-    return Path(cfg.model.path).expanduser()
+    return _hf_path(cfg.model)
 
 
 def head_dim(cfg) -> int:
@@ -107,7 +114,7 @@ def head_dim(cfg) -> int:
         return cfg.model.hidden_size // cfg.model.num_heads
     import json
 
-    c = json.loads((Path(cfg.model.path).expanduser() / "config.json").read_text())
+    c = json.loads((_hf_path(cfg.model) / "config.json").read_text())
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
 

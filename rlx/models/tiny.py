@@ -43,6 +43,9 @@ def cache_key(model_cfg, task_cfg) -> str:
     m = {k: v for k, v in m.items() if k not in ("lora", "cache_dir", "path", "dtype")}
     if m.get("chat_template") is None:  # keys added later leave the keys of existing caches unchanged
         m.pop("chat_template", None)
+    if not m.get("chat_prompts"):
+        m.pop("chat_prompts", None)
+    m.pop("gguf_file", None)  # the gguf source's key, no part of the tiny model
     t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     t.pop("eval", None)  # the eval sets do not shape the SFT base (it trains on the training split)
     blob = json.dumps({"v": CACHE_VERSION, "model": m, "task": t}, sort_keys=True)  # model.sft.seed is in m
@@ -105,24 +108,29 @@ def load_or_build_tiny(model_cfg, task_cfg, task, log=print, tok=None):
     key = cache_key(model_cfg, task_cfg)
     cache = Path(model_cfg.cache_dir).expanduser().resolve() / f"tiny-{key}"  # absolute: adapters record it as their base
     if not (cache / "config.json").is_file():
-        _build_and_publish(model_cfg, task, tok, cache, key, log)
+        _build_and_publish(model_cfg, task, tok, cache, log)
     log(f"[model] tiny base from cache {cache}")
     # Always the saved copy, so a fresh run and a resumed one start from bitwise the same base.
     model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)
     return model.eval(), tok, cache
 
 
-def _build_and_publish(model_cfg, task, tok, cache: Path, key: str, log) -> None:
+def _build_and_publish(model_cfg, task, tok, cache: Path, log) -> None:
     seed = model_cfg.sft.seed
     log(f"[model] building tiny base (cache miss) -> {cache}")
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(tiny_config(model_cfg, len(tok), tok))
     if model_cfg.sft.steps > 0:
         sft_warm_start(model, tok, task, model_cfg.sft, seed, log)
-    # Atomic publish: write into a temp dir beside the target, then rename. A concurrent builder
-    # (parallel sweep jobs) may win the race; then its identical copy is used.
+    publish(model, tok, cache)
+
+
+def publish(model, tok, cache: Path) -> None:
+    """Atomic publish of model + tokenizer at `cache`: write into a temp dir beside the target, then
+    rename, so a killed build leaves nothing half-written. A concurrent builder (parallel sweep jobs)
+    may win the race; then its identical copy is used."""
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{key}-", dir=cache.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)

@@ -5,8 +5,9 @@ from rlx.tasks.files import FileTask
 from rlx.tasks.rewards import REWARDS, register_reward
 from rlx.tasks.synthetic import Arith, Multiply
 from rlx.tasks.user_rewards import check_reward_specs
+from rlx.tasks.wordproblems import WordProblems
 
-TASKS = {"arith": Arith, "multiply": Multiply, "file": FileTask, "jsonl": FileTask}  # jsonl: the file task's old name
+TASKS = {"arith": Arith, "multiply": Multiply, "wordproblems": WordProblems, "file": FileTask, "jsonl": FileTask}  # jsonl: the file task's old name
 FILE_TASKS = ("file", "jsonl")
 
 

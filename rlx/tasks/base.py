@@ -103,8 +103,20 @@ class Task:
                     raise ValueError(f"task.rewards: '{spec}' needs the column(s) {missing}, which {where} lacks "
                                      f"(its columns besides the prompt: {sorted(have)})")
 
-    def render_chat(self, tok) -> None:
-        """Chat prompts (`messages`) -> text through the tokenizer's chat template, with the generation prompt."""
+    def render_chat(self, tok, all_prompts: bool = False) -> None:
+        """Chat prompts (`messages`) -> text through the tokenizer's chat template, with the generation
+        prompt; with `all_prompts` (model.chat_prompts) string prompts too, each as one user message."""
+        if all_prompts:
+            if not getattr(tok, "chat_template", None):
+                raise ValueError("model.chat_prompts=true but the model's tokenizer has no chat template; set "
+                                 "model.chat_template (a Jinja template) or model.chat_prompts=false")
+
+            def as_chat(examples: list[Example]) -> list[Example]:
+                return [e if e.messages is not None else dataclasses.replace(
+                    e, messages=[{"role": "user", "content": e.prompt}]) for e in examples]
+
+            self.train, self.eval = as_chat(self.train), as_chat(self.eval)
+            self.eval_sets = {name: as_chat(ex) for name, ex in self.eval_sets.items()}
         chat = [e for e in self.train + self.eval if e.messages is not None]
         if not chat:
             return
