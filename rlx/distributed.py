@@ -81,8 +81,9 @@ class World:
 def env_from_slurm(env: dict, first_host=None) -> dict:
     """torch.distributed's env:// variables from SLURM's, for jobs whose tasks are the ranks (one SLURM
     task per device, as `hydra/launcher=submitit_slurm_ddp` starts them) rather than torchrun workers.
-    Returns the variables to set ({} when torchrun's are present or the job has one task)."""
-    if "WORLD_SIZE" in env or int(env.get("SLURM_NTASKS", "1")) <= 1 or "SLURM_PROCID" not in env:
+    Returns the variables to set ({} when torchrun's are present, or outside an `srun` step of several
+    tasks: a plain `python -m rlx.train` in an allocation of many tasks is one process, not rank 0 of N)."""
+    if "WORLD_SIZE" in env or int(env.get("SLURM_STEP_NUM_TASKS", "1")) <= 1 or "SLURM_PROCID" not in env:
         return {}
     if "MASTER_ADDR" in env:
         addr = env["MASTER_ADDR"]
@@ -92,7 +93,7 @@ def env_from_slurm(env: dict, first_host=None) -> dict:
             raise RuntimeError("SLURM job with several tasks but neither MASTER_ADDR nor SLURM_JOB_NODELIST is set: "
                                "cannot tell the ranks where rank 0 listens")
         addr = (first_host or _first_host)(nodes)
-    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_STEP_NUM_TASKS"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
             "MASTER_ADDR": addr, "MASTER_PORT": env.get("MASTER_PORT", str(29500 + int(env.get("SLURM_JOB_ID", "0")) % 1000))}
 
 

@@ -189,12 +189,14 @@ def test_vllm_per_rank_samples_what_one_vllm_engine_samples(tmp_path):
 def test_slurm_tasks_become_torch_distributed_ranks():
     from rlx.distributed import env_from_slurm
 
-    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu[03-04]",
-             "SLURM_JOB_ID": "123456"}
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1",
+             "SLURM_JOB_NODELIST": "gpu[03-04]", "SLURM_JOB_ID": "123456"}
     got = env_from_slurm(slurm, first_host=lambda nodes: {"gpu[03-04]": "gpu03"}[nodes])
     assert got == {"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu03", "MASTER_PORT": "29956"}
     assert env_from_slurm({**slurm, "WORLD_SIZE": "16"}) == {}  # torchrun's variables win
-    assert env_from_slurm({**slurm, "SLURM_NTASKS": "1"}) == {}  # one task: one process
+    assert env_from_slurm({**slurm, "SLURM_STEP_NUM_TASKS": "1"}) == {}  # one task: one process
+    no_step = {k: v for k, v in slurm.items() if k != "SLURM_STEP_NUM_TASKS"}
+    assert env_from_slurm(no_step) == {}  # python in an allocation of 16 tasks, not started by srun: one process
     with pytest.raises(RuntimeError, match="SLURM_JOB_NODELIST"):
         env_from_slurm({k: v for k, v in slurm.items() if k != "SLURM_JOB_NODELIST"})
 
