@@ -42,8 +42,10 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> Trainer:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
     if dev == "cuda" and world_size > 1:
         dev = f"cuda:{local_rank}"
-    if cfg.strategy not in ("ddp", "fsdp"):
-        raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not ddp or fsdp")
+    from rlx.distributed import STRATEGIES
+
+    if cfg.strategy not in STRATEGIES:
+        raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not one of {list(STRATEGIES)}")
     if cfg.dist_timeout_s <= 0:
         raise ValueError(f"trainer.dist_timeout_s must be > 0, got {cfg.dist_timeout_s}")
     if cfg.dtype not in DTYPES:

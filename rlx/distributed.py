@@ -120,9 +120,7 @@ def init(trainer_cfg) -> World:
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
-    if trainer_cfg.strategy not in STRATEGIES:
-        raise ValueError(f"trainer.strategy: '{trainer_cfg.strategy}' is not one of {list(STRATEGIES)}")
-    if not dist.is_initialized():
+    if not dist.is_initialized():  # the config was checked by rlx.preflight (trainer.strategy, dist_timeout_s)
         cuda = str(trainer_cfg.device).startswith("cuda") or (trainer_cfg.device == "auto" and torch.cuda.is_available())
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
