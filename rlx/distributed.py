@@ -302,9 +302,10 @@ class DataParallel:
 
         set_optimizer_state_dict(policy, opt, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
 
-    def checksum(self, policy) -> float:
-        """A number that differs between ranks whose trainable weights differ (checked at every checkpoint)."""
-        whole = self.trainable_state(policy) or {n: q for n, q in policy.named_parameters() if q.requires_grad}
+    def checksum(self, policy, whole: dict[str, torch.Tensor] | None = None) -> float:
+        """A number that differs between ranks whose trainable weights differ (checked at every checkpoint).
+        `whole`: what trainable_state returned, when the caller has it (fsdp: gathered once, not twice)."""
+        whole = whole or self.trainable_state(policy) or {n: q for n, q in policy.named_parameters() if q.requires_grad}
         total = torch.zeros((), dtype=torch.float64)
         for i, name in enumerate(sorted(whole)):
             total += (i + 1) * whole[name].detach().double().sum().cpu()

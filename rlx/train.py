@@ -83,16 +83,17 @@ class Parts:
     compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
     t_run: float = field(default_factory=time.time)
     wall_offset: float = 0.0
+    completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
 
     def compute_now(self) -> dict:
         """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
         self.compute["gpu_hours"] = self.trainer.num_devices * (self.wall_offset + time.time() - self.t_run) / 3600.0
         return {f"perf/compute/{k}": v for k, v in self.compute.items()}
-    completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
 
 
-def build(cfg, run_dir: Path, world: dist.World | None = None) -> Parts:
-    trainer = check(cfg)
+def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Trainer | None = None) -> Parts:
+    """Every part of the run; `trainer` is what `check(cfg)` returned when the caller already ran it."""
+    trainer = trainer or check(cfg)
     world = world or dist.World()
     ckpt = Checkpointer(Path(run_dir) / "ckpt")
     if cfg.train.resume == "never" and ckpt.steps():
@@ -228,16 +229,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     t_start = time.time()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    check(cfg)  # before any process group or model
+    trainer = check(cfg)  # before any process group or model
     world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
     try:
-        return _run(cfg, run_dir, world, t_start)
+        return _run(cfg, run_dir, world, trainer, t_start)
     finally:
         dist.close(world)
 
 
-def _run(cfg: DictConfig, run_dir: Path, world: dist.World, t_start: float) -> dict:
-    p = build(cfg, run_dir, world)
+def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, t_start: float) -> dict:
+    p = build(cfg, run_dir, world, trainer)
     if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json
         logger = RunLogger(cfg, run_dir, p.run_id, p.start_step if p.start_step > 0 else None,
                            code_dir=HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None)
