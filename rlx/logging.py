@@ -87,16 +87,11 @@ class RunLogger:
         self.completions_path = self.run_dir / "completions.jsonl"
         self.completions_cap = int(lc.get("completions_max_mb", 5.0) * 2**20)  # bytes
         self._table_bytes = 0  # completion-table bytes sent to wandb so far (capped like the file)
-        if resume_step is not None and self.path.exists():
-            self._truncate_after(resume_step)
-        elif self.path.exists() and self.path.stat().st_size > 0:  # a fresh start in a used dir
-            self._set_aside(self.path)
-        if resume_step is not None and self.completions_path.exists():  # rows after the checkpoint come again
-            kept = [ln for ln in self.completions_path.read_text().splitlines(keepends=True)
-                    if ln.strip() and json.loads(ln)["step"] <= resume_step]
-            write_text_atomic(self.completions_path, "".join(kept))
-        elif resume_step is None and self.completions_path.exists():
-            self._set_aside(self.completions_path)
+        for path in (self.path, self.completions_path):  # both are rows with a step
+            if resume_step is not None and path.exists():  # rows after the checkpoint come again
+                self._truncate_after(path, resume_step)
+            elif resume_step is None and path.exists() and path.stat().st_size > 0:  # a fresh start in a used dir
+                self._set_aside(path)
         self.sha = git_sha(code_dir)
         self.wandb = None
         self.run_id = run_id
@@ -124,13 +119,13 @@ class RunLogger:
         say(f"[run] {path} held rows of an earlier start that reached no checkpoint; kept as {dest.name}, "
              f"this start writes a fresh {path.name}")
 
-    def _truncate_after(self, step: int) -> None:
+    def _truncate_after(self, path: Path, step: int) -> None:
         """On resume, drop lines logged after the checkpoint (they will be logged again), atomically.
         A half-written last line is dropped (and said so); an invalid line before it raises MetricsFileError."""
-        rows, dropped = parse_metrics(self.path)
+        rows, dropped = parse_metrics(path)
         if dropped:
             say(f"[resume] {dropped}")
-        write_text_atomic(self.path, "".join(ln + "\n" for ln, row in rows if row["step"] <= step))
+        write_text_atomic(path, "".join(ln + "\n" for ln, row in rows if row["step"] <= step))
 
     def log(self, metrics: dict, step: int) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}

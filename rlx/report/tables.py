@@ -102,8 +102,9 @@ def runs_table(jobs: list[Run]) -> list[str]:
 def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, width: int = 80) -> list[str]:
     """Links to the runs' completion tables (`completions.jsonl`) and, for `per_arm` run(s) of each arm,
     the first `rows` rows of its newest dump: what the policy actually wrote. [] when no run has one."""
-    import json
     from pathlib import Path
+
+    from rlx.runs import parse_metrics
 
     out, shown = [], {}
     for j in jobs:
@@ -111,7 +112,7 @@ def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, 
         if not f.is_file() or shown.get(j.arm, 0) >= per_arm:
             continue
         shown[j.arm] = shown.get(j.arm, 0) + 1
-        dump = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        dump = [row for _, row in parse_metrics(f, strict=False)[0]]  # rows with a step; a half-written last one skipped
         last = [r for r in dump if r["step"] == dump[-1]["step"]][:rows] if dump else []
         out += [f"- {j.arm or j.name}: [{f.relative_to(Path(root)).as_posix()}]({f.relative_to(Path(root)).as_posix()})"
                 + (f", step {last[0]['step']}:" if last else "")]

@@ -32,3 +32,11 @@ def test_one_run_per_arm_linked_with_its_newest_rows(tmp_path):
 
 def test_no_tables_no_section(tmp_path):
     assert completions_section([_run(tmp_path, "0", "a", None)], tmp_path) == []
+
+
+def test_a_killed_runs_half_written_row_is_skipped(tmp_path):
+    job = _run(tmp_path, "0", "grpo", [10])
+    with (job.path / "completions.jsonl").open("a") as f:
+        f.write('{"step": 20, "gro')
+    text = "\n".join(completions_section([job], tmp_path))
+    assert "step 10:" in text and "`10+0=`" in text

@@ -61,3 +61,15 @@ def test_resume_drops_rows_after_the_checkpoint(tmp_path):
     assert steps == [2, 4]
     RunLogger(cfg, tmp_path, None, None)  # a fresh start keeps the old rows aside
     assert not (tmp_path / "completions.jsonl").exists() and (tmp_path / "completions.prev-1.jsonl").exists()
+
+
+def test_resume_after_a_kill_mid_append_drops_the_half_written_completion_row(tmp_path):
+    cfg = OmegaConf.create({"logger": {"mode": "disabled", "completions_max_mb": 1.0}})
+    log = RunLogger(cfg, tmp_path, None, None)
+    for step in (2, 4):
+        log.log_completions([{"step": step, "completion": "x"}], step)
+    with (tmp_path / "completions.jsonl").open("a") as f:
+        f.write('{"step": 6, "compl')  # a kill -9 while appending step 6's row
+    RunLogger(cfg, tmp_path, None, resume_step=4)
+    steps = [json.loads(x)["step"] for x in (tmp_path / "completions.jsonl").read_text().splitlines()]
+    assert steps == [2, 4]
