@@ -278,7 +278,7 @@ class DataParallel:
     def sharded(self) -> bool:
         return bool(self._layers)
 
-    def trainable_state(self, policy) -> dict[str, torch.Tensor] | None:
+    def gathered_trainable(self, policy) -> dict[str, torch.Tensor] | None:
         """fsdp: the whole trainable tensors, by parameter name (what the adapter file holds); else None
         (the checkpoint reads the module itself)."""
         if not self.sharded:
@@ -304,8 +304,8 @@ class DataParallel:
 
     def checksum(self, policy, whole: dict[str, torch.Tensor] | None = None) -> float:
         """A number that differs between ranks whose trainable weights differ (checked at every checkpoint).
-        `whole`: what trainable_state returned, when the caller has it (fsdp: gathered once, not twice)."""
-        whole = whole or self.trainable_state(policy) or {n: q for n, q in policy.named_parameters() if q.requires_grad}
+        `whole`: what gathered_trainable returned, when the caller has it (fsdp: gathered once, not twice)."""
+        whole = whole or self.gathered_trainable(policy) or {n: q for n, q in policy.named_parameters() if q.requires_grad}
         total = torch.zeros((), dtype=torch.float64)
         for i, name in enumerate(sorted(whole)):
             total += (i + 1) * whole[name].detach().double().sum().cpu()

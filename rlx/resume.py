@@ -68,7 +68,7 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
 def save(p, step: int, run_id: str | None) -> None:
     """Checkpoint step `step` of the run `p` (rlx.train.Parts): rank 0 writes, every rank takes part."""
     p.compute_now()  # bring the wall-time compute up to date before it is stored
-    weights, optimizer = p.dp.trainable_state(p.policy), p.dp.optimizer_state(p.policy, p.opt)  # fsdp: whole tensors
+    weights, optimizer = p.dp.gathered_trainable(p.policy), p.dp.optimizer_state(p.policy, p.opt)  # fsdp: whole tensors
     dist.check_agreement(p.world, p.dp.checksum(p.policy, weights), f"the trainable weights at step {step}")
     if not p.world.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
         p.world.barrier()
