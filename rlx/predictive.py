@@ -200,7 +200,15 @@ def read_decisions(sweep_dir: str | Path) -> list[dict]:
     path = Path(sweep_dir) / DECISIONS_JSONL
     if not path.is_file():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    out = []
+    for i, ln in enumerate(lines):
+        try:
+            out.append(json.loads(ln))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}: line {i + 1} is not JSON (only a last line cut by a kill is skipped)")
+    return out
 
 
 def arm_outcomes(records: list[dict]) -> dict[str, dict]:
@@ -292,9 +300,105 @@ def split_overrides(overrides: list[str], arm_key: str, arms: list[str]) -> tupl
     return rest, arms
 
 
+SCHEDULE_JSON = "predictive_schedule.json"
+
+
+def _state(sweep_dir: str | Path, schedule: "Schedule", arms: list[str]) -> tuple[dict, dict, list[str], int]:
+    """(budgets, flat rounds, arms alive, next round) of a sweep directory: a new sweep's, or, when the driver
+    of this sweep directory died, the state after its last complete round (predictive.jsonl), so rerunning
+    the same command goes on from there. Refuses a rerun whose schedule or arms differ from the first."""
+    from rlx.logging import write_text_atomic
+
+    sweep_dir = Path(sweep_dir)
+    plan = {"schedule": asdict(schedule), "arms": arms}
+    path = sweep_dir / SCHEDULE_JSON
+    if not path.is_file():
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if read_decisions(sweep_dir):
+            raise ValueError(f"{sweep_dir} holds {DECISIONS_JSONL} but no {SCHEDULE_JSON}: not a sweep this driver "
+                             f"can go on with; use a new hydra.sweep.dir")
+        path.write_text(json.dumps(plan, indent=1) + "\n")
+        return {}, {}, list(arms), 0
+    first = json.loads(path.read_text())
+    if first != plan:
+        was, now = first["schedule"], plan["schedule"]
+        diff = [f"{k} {was.get(k)} -> {now[k]}" for k in now if was.get(k) != now[k]]
+        what = f"schedule {', '.join(diff)}" if diff else f"arms {first['arms']} -> {arms}"
+        raise ValueError(f"{sweep_dir} was started with another plan ({what}); rerun with the first command's "
+                         f"options to go on, or use a new hydra.sweep.dir")
+    budgets, flats, alive, r = {}, {}, list(arms), 0
+    records = read_decisions(sweep_dir)
+    while True:
+        mine = {d["arm"]: d for d in records if d["round"] == r}
+        if not mine or set(mine) != set(alive):  # round r never finished deciding: run it again
+            break
+        budgets.update({a: mine[a]["budget"] for a in alive})
+        flats = {a: mine[a]["flat_rounds"] for a in alive}
+        alive = [a for a in alive if mine[a]["decision"] == "continue"]
+        r += 1
+    kept = "".join(json.dumps(d) + "\n" for d in records if d["round"] < r)
+    jsonl = sweep_dir / DECISIONS_JSONL
+    if jsonl.is_file() and jsonl.read_text() != kept:  # a round cut short while its decisions were written
+        write_text_atomic(jsonl, kept)  # (or a line cut by the kill): they come again
+    if r:
+        print(f"[predictive] {sweep_dir}: rounds 0..{r - 1} were decided before; going on with round {r} "
+              f"({len(alive)} arm(s))", flush=True)
+    return budgets, flats, alive, r
+
+
+class DriverLog:
+    """The driver's wandb run (group = the sweep's name, job_type predictive): per round, each arm's A with
+    its interval, budget and whether it runs on, and a table of every decision so far. Its mode, project and
+    entity are the command line's logger.mode / logger.project / logger.entity (offline by default, like
+    every run; logger=disabled or logger.mode=disabled: none). The run id is kept in the sweep directory, so
+    a restarted driver appends to the same run."""
+
+    def __init__(self, name: str, sweep_dir: str | Path, overrides: list[str]):
+        kv = {o.lstrip("+").split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
+        self.mode = "disabled" if kv.get("logger") == "disabled" else kv.get("logger.mode", "offline")
+        self.run = None
+        if self.mode == "disabled":
+            return
+        import os
+
+        import wandb
+
+        id_file = Path(sweep_dir) / "predictive_wandb_id"
+        run_id = id_file.read_text().strip() if id_file.is_file() else None
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self.run = wandb.init(project=kv.get("logger.project", "rlx"), entity=kv.get("logger.entity"),
+                              group=kv.get("logger.group", name), job_type="predictive", name=f"{name}-predictive",
+                              dir=str(sweep_dir), mode=self.mode, id=run_id, resume="allow" if run_id else None,
+                              reinit="finish_previous", config={"sweep": name, "sweep_dir": str(sweep_dir)})
+        id_file.write_text(self.run.id)
+
+    def log_round(self, round_: int, decisions: list[Decision], records: list[dict]) -> None:
+        if self.run is None:
+            return
+        import wandb
+
+        row: dict = {"predictive/round": round_, "predictive/arms_running": sum(d.decision == "continue" for d in decisions)}
+        for d in decisions:
+            for key in ("A", "A_lo", "A_hi", "B"):
+                if getattr(d, key) is not None:
+                    row[f"predictive/{d.arm}/{key}"] = getattr(d, key)
+            row[f"predictive/{d.arm}/budget"] = d.budget
+            row[f"predictive/{d.arm}/stopped"] = int(d.decision == "stop")
+        cols = list(asdict(decisions[0])) if decisions else []
+        row["predictive/decisions"] = wandb.Table(columns=cols, data=[[r.get(c) for c in cols] for r in records])
+        self.run.log(row, step=round_)
+
+    def finish(self, exit_code: int) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=exit_code)
+            self.run = None
+
+
 def run_rounds(name: str, overrides: list[str], schedule: Schedule,
                runner: Callable[[list[str]], int] | None = None) -> tuple[int, str]:
-    """Run sweep `name` predictively; returns (exit code, sweep directory). runner: runs one argv (default subprocess)."""
+    """Run sweep `name` predictively; returns (exit code, sweep directory). runner: runs one argv (default
+    subprocess). Rerunning the same command with the same hydra.sweep.dir after the driver died goes on
+    from its last decided round (the jobs resume from their checkpoints)."""
     import yaml
 
     from rlx.report.sweeps import arm_axis
@@ -304,36 +408,45 @@ def run_rounds(name: str, overrides: list[str], schedule: Schedule,
     arm_key, arms = arm_axis(name)
     if arm_key is None:
         raise ValueError(f"sweep {name!r} has no arm axis (a config group in hydra.sweeper.params)")
-    overrides, alive = split_overrides(list(overrides), arm_key, list(arms))
+    overrides, arms = split_overrides(list(overrides), arm_key, list(arms))
     if not schedule.first_steps:
         full = ((yaml.safe_load((SWEEPS_DIR / f"{name}.yaml").read_text()) or {}).get("train") or {}).get("steps")
         if not full:
             raise ValueError(f"sweeps/{name}.yaml sets no train.steps: pass --first-steps")
         schedule.first_steps = max(1, int(full) // schedule.growth ** (schedule.rounds - 1))
     sweep_dir, overrides = sweep_dir_of(name, overrides)
-    budgets: dict[str, int] = {}
-    flats: dict[str, int] = {}
-    for r in range(schedule.rounds):
-        steps = schedule.budget(r)
-        cmd = round_command(name, overrides, arm_key, alive, steps)
-        print(f"[predictive] round {r}: {len(alive)} arm(s) to train.steps={steps}\n+ " + " ".join(cmd), flush=True)
-        rc = runner(cmd)
-        if rc != 0:
-            print(f"[predictive] round {r}: rlx.train exited with {rc}", flush=True)
-            return rc, sweep_dir
-        budgets.update({a: steps for a in alive})
-        points, cfg = arm_points(sweep_dir, arm_key, alive)
-        decisions = decide_points(r, points, budgets, cfg, flats, schedule.flat_rounds, schedule.max_width,
-                                  schedule.reach_alpha)
-        append_decisions(sweep_dir, decisions)
-        for d in decisions:
-            print("[predictive] " + d.line(), flush=True)
-        flats = {d.arm: d.flat_rounds for d in decisions}
-        alive = [d.arm for d in decisions if d.decision == "continue"]
-        if len(alive) <= 1:
-            print(f"[predictive] one arm left ({', '.join(alive)}): done after round {r}", flush=True)
-            break
+    budgets, flats, alive, first_round = _state(sweep_dir, schedule, arms)
+    print(f"[predictive] sweep directory {sweep_dir} (if this driver dies, rerun the same command with "
+          f"hydra.sweep.dir={sweep_dir}: it goes on from the last decided round)", flush=True)
+    log = DriverLog(name, sweep_dir, overrides)
+    rc = 1
+    try:
+        for r in range(first_round, schedule.rounds):
+            if len(alive) <= 1:
+                break
+            steps = schedule.budget(r)
+            cmd = round_command(name, overrides, arm_key, alive, steps)
+            print(f"[predictive] round {r}: {len(alive)} arm(s) to train.steps={steps}\n+ " + " ".join(cmd), flush=True)
+            rc = runner(cmd)
+            if rc != 0:
+                print(f"[predictive] round {r}: rlx.train exited with {rc}", flush=True)
+                return rc, sweep_dir
+            budgets.update({a: steps for a in alive})
+            points, cfg = arm_points(sweep_dir, arm_key, alive)
+            decisions = decide_points(r, points, budgets, cfg, flats, schedule.flat_rounds, schedule.max_width,
+                                      schedule.reach_alpha)
+            append_decisions(sweep_dir, decisions)
+            log.log_round(r, decisions, read_decisions(sweep_dir))
+            for d in decisions:
+                print("[predictive] " + d.line(), flush=True)
+            flats = {d.arm: d.flat_rounds for d in decisions}
+            alive = [d.arm for d in decisions if d.decision == "continue"]
+            if len(alive) <= 1:
+                print(f"[predictive] one arm left ({', '.join(alive)}): done after round {r}", flush=True)
+        rc = 0
+    finally:
+        log.finish(rc)
     total = sum(budgets.values())
     print(f"[predictive] steps per seed, all arms: {total} (every arm to the last budget: "
-          f"{len(budgets) * schedule.budget(schedule.rounds - 1)}); decisions in {sweep_dir}/{DECISIONS_MD}", flush=True)
+          f"{len(arms) * schedule.budget(schedule.rounds - 1)}); decisions in {sweep_dir}/{DECISIONS_MD}", flush=True)
     return 0, sweep_dir

@@ -164,7 +164,7 @@ def test_driver_runs_rounds_resumes_in_place_and_stops_the_loser(tmp_path, capsy
     assert [r["arm"] for r in stop] == ["on_policy"], records
     assert "loo_arm=scalerl,adv_group" in calls[stop[0]["round"] + 1]  # the next round runs the survivors only
     assert {r["arm"] for r in records if r["decision"] == "continue"} >= {"scalerl", "adv_group"}
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "wandb") == [  # wandb: the driver's
         "adv_group_seed0", "adv_group_seed1", "on_policy_seed0", "on_policy_seed1", "scalerl_seed0", "scalerl_seed1"]
     assert (tmp_path / "predictive.md").read_text().count("| on_policy |") == stop[0]["round"] + 1
     assert "[predictive] round 0 on_policy" in capsys.readouterr().out
@@ -173,6 +173,65 @@ def test_driver_runs_rounds_resumes_in_place_and_stops_the_loser(tmp_path, capsy
     assert f"stopped after round {stop[0]['round']}" in section
     assert predictive_section(tmp_path / "scalerl_seed0") == []  # no predictive.jsonl: nothing added
     assert (tmp_path / DECISIONS_JSONL).is_file()
+
+
+def test_a_dead_driver_rerun_goes_on_from_its_last_decided_round(tmp_path):
+    """The driver dies during round 2 (after rounds 0-1 were decided); the same command goes on at round 2,
+    with the same arms and budgets, and the decisions equal those of a driver that never died."""
+    args = ["loo_arm=scalerl,on_policy,adv_group", "seed=0,1", "logger=disabled"]
+    whole_calls = []
+    run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={tmp_path / 'whole'}"], Schedule(rounds=4, first_steps=8),
+               runner=fake_multirun(whole_calls))
+    calls, real = [], fake_multirun([])
+
+    def dies_in_round_2(cmd):
+        calls.append(cmd)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the driver is killed while round 2's multirun runs
+        return real(cmd)
+
+    died = tmp_path / "died"
+    with pytest.raises(KeyboardInterrupt):
+        run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={died}"], Schedule(rounds=4, first_steps=8),
+                   runner=dies_in_round_2)
+    assert sorted({r["round"] for r in read_decisions(died)}) == [0, 1]
+    with open(died / DECISIONS_JSONL, "a") as fh:  # and a decision line half-written by the kill
+        fh.write('{"round": 2, "arm": "sca')
+    again = []
+    rc, _ = run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={died}"], Schedule(rounds=4, first_steps=8),
+                       runner=fake_multirun(again))
+    assert rc == 0
+    same_dir = lambda cmds, d: [[o.replace(str(d), "DIR") for o in c] for c in cmds]  # noqa: E731
+    assert same_dir(again, died) == same_dir(whole_calls[2:], tmp_path / "whole")  # round 2 on, same arms and budgets
+    assert read_decisions(died) == read_decisions(tmp_path / "whole")
+
+
+def test_a_rerun_with_another_plan_is_refused(tmp_path):
+    args = ["loo_arm=scalerl,on_policy", "seed=0", "logger=disabled", f"hydra.sweep.dir={tmp_path}"]
+    run_rounds("scalerl_loo", args, Schedule(rounds=2, first_steps=8), runner=fake_multirun([]))
+    with pytest.raises(ValueError, match="growth 2 -> 3"):
+        run_rounds("scalerl_loo", args, Schedule(rounds=2, first_steps=8, growth=3), runner=fake_multirun([]))
+    with pytest.raises(ValueError, match="arms"):
+        run_rounds("scalerl_loo", [*args, "loo_arm=scalerl"], Schedule(rounds=2, first_steps=8),
+                   runner=fake_multirun([]))
+
+
+def test_decisions_go_to_the_drivers_wandb_run(tmp_path):
+    """logger.mode=offline: one wandb run in the sweep directory, per round each arm's A / budget / stopped and a
+    table of every decision so far; a restarted driver logs to the same run id."""
+    args = ["loo_arm=scalerl,on_policy,adv_group", "seed=0,1", "logger.mode=offline", f"hydra.sweep.dir={tmp_path}"]
+    run_rounds("scalerl_loo", args, Schedule(rounds=4, first_steps=8), runner=fake_multirun([]))
+    records = read_decisions(tmp_path)
+    run_id = (tmp_path / "predictive_wandb_id").read_text()
+    runs = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+    assert len(runs) == 1
+    tables = sorted(runs[0].glob("files/media/table/predictive/decisions_*.table.json"),
+                    key=lambda p: int(p.name.split("_")[1]))
+    rounds = sorted({r["round"] for r in records})
+    assert len(tables) == len(rounds)  # one table per round, each with every decision so far
+    last = json.loads(tables[-1].read_text())
+    assert len(last["data"]) == len(records)
+    assert [row[last["columns"].index("decision")] for row in last["data"]] == [r["decision"] for r in records]
 
 
 def test_driver_refuses_keys_it_sets():
