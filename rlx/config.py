@@ -92,9 +92,9 @@ class EvalSetConfig:
 
 @dataclass
 class TaskConfig:
-    """`name` is a registered task: arith | multiply | wordproblems | file (jsonl is the file task's old name)."""
+    """`name` is a registered task: arith | multiply | rules | wordproblems | file (jsonl is the file task's old name)."""
 
-    name: str = "arith"  # registered task: arith | multiply | wordproblems | file (= jsonl; task=gsm8k / task=math are presets)
+    name: str = "arith"  # registered task: arith | multiply | rules | wordproblems | file (= jsonl; task=gsm8k / task=math are presets)
     seed: int = 1234  # data seed (independent from the run seed)
     n_train: int = 2000  # training problems (jsonl: first n rows, 0 = all)
     n_eval: int = 200  # held-out problems (jsonl: first n rows, 0 = all)
@@ -103,6 +103,9 @@ class TaskConfig:
     max_operand: int = 20  # arith: largest operand; wordproblems: largest start count and +/- amount
     digits: int = 2  # multiply: digits per factor
     steps: int = 2  # wordproblems: arithmetic steps per problem (difficulty, 1..8)
+    num_keys: int = 12  # rules: keys, each with its own rule (copy, reverse, rotl, rotr, inc, dec)
+    length: int = 4  # rules: digits per string
+    demo_correct: float = 0.02  # rules: share of SFT demonstrations that apply the key's own rule
     # reward functions and their weights: registered names or import paths package.module:function
     # (TRL's convention, docs/data.md); each is logged as train/rewards/<name>.
     # No default here: each task file names its own (a default would be MERGED into the file's dict)

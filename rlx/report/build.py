@@ -19,6 +19,12 @@ LAYOUTS: dict[str, Layout] = {
     "qerl_speed": Layout("qerl_speed", "QeRL speed (tiny scale)", infer_speed, speed_tables),
     "next_table": Layout("next_table", "NExt (tiny scale)", infer_next, next_tables),
     "scalerl_losses": Layout("scalerl_losses", "ScaleRL losses (tiny scale)", infer_algo, losses_tables, scaling=True),
+    # the calibrated mini testbeds (conf/experiment/mini_*.yaml): the same tables on a setting with room
+    "mini_qerl": Layout("mini_qerl", "QeRL Table 1 (calibrated mini testbed)", infer_qerl, qerl_tables,
+                        papers()["qerl"]["labels"]),
+    "mini_next": Layout("mini_next", "NExt (calibrated mini testbed)", infer_next, next_tables),
+    "mini_scalerl": Layout("mini_scalerl", "ScaleRL recipes (calibrated mini testbed)", infer_algo, losses_tables,
+                           scaling=True),
     "scalerl_loo": Layout("scalerl_loo", "ScaleRL leave-one-out (tiny scale)", infer_loo, loo_tables,
                           papers()["scalerl"]["loo_labels"], scaling=True),
     "scalerl_offpolicy": Layout("scalerl_offpolicy", "ScaleRL off-policy families (tiny scale)", infer_offpolicy,

@@ -3,11 +3,11 @@
 from rlx.tasks.base import Example, Task
 from rlx.tasks.files import FileTask
 from rlx.tasks.rewards import REWARDS, register_reward
-from rlx.tasks.synthetic import Arith, Multiply
+from rlx.tasks.synthetic import Arith, KeyedRules, Multiply
 from rlx.tasks.user_rewards import check_reward_specs
 from rlx.tasks.wordproblems import WordProblems
 
-TASKS = {"arith": Arith, "multiply": Multiply, "wordproblems": WordProblems, "file": FileTask, "jsonl": FileTask}  # jsonl: the file task's old name
+TASKS = {"arith": Arith, "multiply": Multiply, "rules": KeyedRules, "wordproblems": WordProblems, "file": FileTask, "jsonl": FileTask}  # jsonl: the file task's old name
 FILE_TASKS = ("file", "jsonl")
 
 

@@ -7,7 +7,7 @@ import random
 from rlx.tasks.base import Example, Task
 
 
-def _split(cfg, make_one) -> tuple[list[Example], list[Example]]:
+def _split(cfg, make_one, knobs: str = "num_terms / max_operand / digits") -> tuple[list[Example], list[Example]]:
     """Draw unique problems from `make_one(rng)` until both splits are full; the splits never share a prompt."""
     rng = random.Random(cfg.seed)
     seen: dict[str, Example] = {}
@@ -18,7 +18,7 @@ def _split(cfg, make_one) -> tuple[list[Example], list[Example]]:
         if tries > 50 * want:
             raise ValueError(
                 f"task: only {len(seen)} distinct problems found for n_train+n_eval={want}; "
-                "enlarge the problem space (num_terms / max_operand / digits) or ask for fewer"
+                f"enlarge the problem space ({knobs}) or ask for fewer"
             )
         prompt, answer = make_one(rng)
         if prompt not in seen:
@@ -65,3 +65,69 @@ class Multiply(Task):
             return f"{a}*{b}=", str(a * b)
 
         self.train, self.eval = _split(cfg, make)
+
+
+# ---- keyed rules: a task whose rewarded behaviour is rare under the SFT base ---------------------------------
+RULES = {  # name -> transformation of a digit string (each learnable by a tiny transformer)
+    "copy": lambda s: s,
+    "reverse": lambda s: s[::-1],
+    "rotl": lambda s: s[1:] + s[:1],
+    "rotr": lambda s: s[-1:] + s[:-1],
+    "inc": lambda s: "".join(str((int(c) + 1) % 10) for c in s),
+    "dec": lambda s: "".join(str((int(c) - 1) % 10) for c in s),
+}
+CODES = {"copy": "C", "reverse": "R", "rotl": "L", "rotr": "T", "inc": "I", "dec": "D"}  # the rule's letter
+KEYS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def rule_of_key(num_keys: int, seed: int) -> dict[str, str]:
+    """{key letter: rule name}: the rules dealt round-robin to the keys in a seeded order (each rule
+    serves num_keys / len(RULES) keys, give or take one)."""
+    names = list(RULES)
+    rng = random.Random(f"rules-{seed}")
+    rng.shuffle(names)
+    return {KEYS[i]: names[i % len(names)] for i in range(num_keys)}
+
+
+class KeyedRules(Task):
+    """`k:DDDDD=` -> the digit string transformed by key k's rule (copy, reverse, rotate, +-1 per digit).
+
+    A demonstration names the rule it applies, then answers: `R####54321` (reverse of 12345); the
+    `correct` reward reads the answer after `####`. The SFT demonstrator applies key k's own rule to only
+    `demo_correct` of k's training examples and one of the other rules, uniformly, to the rest: the SFT
+    base can do every rule but rarely picks the rewarded one (greedy accuracy ~0, a sampled completion is
+    right about demo_correct of the time). RL has to find, key by key, a choice the initial policy seldom
+    samples: discovery is exploration-limited, and the keys flip at different times, so held-out accuracy
+    climbs over many steps (calibration: docs/results.md).
+    Held-out prompts are disjoint from the training prompts."""
+
+    name = "rules"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if not 1 <= cfg.num_keys <= len(KEYS):
+            raise ValueError(f"task.num_keys must be in [1, {len(KEYS)}], got {cfg.num_keys}")
+        if cfg.length < 2:
+            raise ValueError(f"task.length must be >= 2 (a rotation of one digit is a copy), got {cfg.length}")
+        if not 0.0 <= cfg.demo_correct <= 1.0:
+            raise ValueError(f"task.demo_correct must be in [0, 1], got {cfg.demo_correct}")
+        self.rules = rule_of_key(cfg.num_keys, cfg.seed)
+        keys = list(self.rules)
+
+        def make(rng):
+            k = rng.choice(keys)
+            s = "".join(rng.choice("0123456789") for _ in range(cfg.length))
+            return f"{k}:{s}=", (k, s)
+
+        def example(prompt, ks, demo_rng=None):
+            k, s = ks
+            rule = shown = self.rules[k]
+            if demo_rng is not None and demo_rng.random() >= cfg.demo_correct:  # the demonstrator's other rule
+                shown = demo_rng.choice([r for r in RULES if r != rule])
+            return Example(key=prompt, prompt=prompt, answer=RULES[rule](s), solution=f"{CODES[shown]}####{RULES[shown](s)}",
+                           columns={"answer": RULES[rule](s), "rule": rule})
+
+        train, held = _split(cfg, make, "task.num_keys / task.length")  # drawn problems; their answer slot holds (key, digit string)
+        demo_rng = random.Random(f"demo-{cfg.seed}")  # one fixed demonstration per training example
+        self.train = [example(e.prompt, e.answer, demo_rng) for e in train]
+        self.eval = [example(e.prompt, e.answer) for e in held]

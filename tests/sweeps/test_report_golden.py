@@ -40,7 +40,9 @@ def without_new_sections(md: str) -> str:
 
 
 def test_every_sweep_file_has_a_golden_sweep():
-    assert SWEEPS == sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml"))
+    # the mini_* sweeps (calibrated testbeds) render through the layouts of their paper's golden sweep
+    # (rlx.report.build.LAYOUTS; tests/sweeps/test_report_papers.py); their numbers are in docs/results.md
+    assert SWEEPS == sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml") if not p.stem.startswith("mini_"))
 
 
 @pytest.mark.parametrize("name", SWEEPS)

@@ -35,8 +35,8 @@ def validate(cfg) -> None:
 
 
 def test_the_five_paper_tables_have_a_sweep_file():
-    assert SWEEP_NAMES == ["next_table", "qerl_speed", "qerl_table1", "scalerl_loo", "scalerl_losses",
-                           "scalerl_offpolicy"]
+    assert SWEEP_NAMES == ["mini_next", "mini_qerl", "mini_scalerl", "next_table", "qerl_speed", "qerl_table1",
+                           "scalerl_loo", "scalerl_losses", "scalerl_offpolicy"]
 
 
 @pytest.mark.parametrize("name", SWEEP_NAMES)
@@ -162,11 +162,23 @@ def test_scalerl_offpolicy_is_pipeline_k_vs_ppo_k():
         assert {k: v for k, v in r.items() if k not in ("mode", "max_staleness", "mu")} == base
 
 
+PAPER_SCALE = [e for e in EXPERIMENTS if not e.startswith("mini_")]
+
+
 def test_experiments_exist():
-    assert EXPERIMENTS == ["next_qwen2.5_7b", "qerl_gsm8k_7b", "scalerl_8b"]
+    assert EXPERIMENTS == ["mini_next", "mini_qerl", "mini_scalerl", "next_qwen2.5_7b", "qerl_gsm8k_7b", "scalerl_8b"]
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", ["mini_next", "mini_qerl", "mini_scalerl"])
+def test_mini_testbeds_run_here_on_the_rules_task(name):
+    cfg = compose([f"experiment={name}"])
+    validate(cfg)  # no paths to supply: the tiny model and the synthetic task
+    assert cfg.model.source == "tiny" and cfg.task.name == "rules" and cfg.model.sft.steps == 1500
+    assert cfg.algo.beta == 0.04 and cfg.algo.lr == 1e-3
+    assert compose([f"experiment={name}", "algo=cispo"]).algo.beta == 0.04  # the testbed's KL in every arm
+
+
+@pytest.mark.parametrize("name", PAPER_SCALE)
 def test_experiment_composes_validates_and_needs_only_paths(name):
     bare = compose([f"experiment={name}"])
     # the user supplies the model and data paths (`???` in the file; unset after merging onto the schema)
