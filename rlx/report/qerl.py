@@ -100,19 +100,38 @@ def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
         return []
     steps = int(plain[seeds[0]].get("train.steps") or plain[seeds[0]].last_step)
     windows = noise_windows(steps)
-    rows = []
+    rows, diffs = [], [[] for _ in range(len(windows) + 1)]
     for seed in seeds:
         a, b = plain[seed], noisy[seed]
         cells = []
-        for _, lo, hi in windows:
+        for w, (_, lo, hi) in enumerate(windows):
             ea, eb = (mean_metric("actor/entropy", steps=(lo, hi))(j) for j in (a, b))
             cells.append(" / ".join("–" if e is None else f"{e:.4f}" for e in (ea, eb)))
+            if ea is not None and eb is not None:
+                diffs[w].append(eb - ea)
+        if _acc(a) is not None and _acc(b) is not None:
+            diffs[-1].append(100 * (_acc(b) - _acc(a)))
         rows.append([str(seed), *cells, " / ".join("–" if _acc(j) is None else f"{100 * _acc(j):.1f}" for j in (a, b))])
+    rows.append(["aqn - none"] + [paired_cell(d, "{:+.4f}") for d in diffs[:-1]] + [paired_cell(diffs[-1], "{:+.1f}")])
+    (_, lo, hi) = windows[0]
     return ["", "### AQN's effect per seed: NVFP4 LoRA without / with AQN", "",
-            "Mean rollout entropy (actor/entropy) over each window of RL steps, at the same seed; the first "
-            "window is where AQN's noise is largest (steps 11-30 of 100). Last column: final val/acc (%).",
+            f"Mean rollout entropy (actor/entropy) over each window of RL steps, at the same seed; the first "
+            f"window (steps {lo}-{hi}: stages 1-2 of the default 10) is where AQN's noise is largest. Last column: "
+            f"final val/acc (%). Last row: the paired difference, mean [95% t-interval] over seeds.",
             ""] + md_table(["seed"] + [name + " (none / aqn)" for name, _, _ in windows]
                            + ["val/acc % (none / aqn)"], rows)
+
+
+def paired_cell(diffs: list[float], fmt: str) -> str:
+    """'mean [lo, hi] (n=k)': the mean paired difference with its 95% Student-t interval ('–' for fewer than 2)."""
+    if len(diffs) < 2:
+        return "–" if not diffs else fmt.format(diffs[0]) + " (n=1)"
+    from scipy.stats import t
+
+    m = sum(diffs) / len(diffs)
+    sd = (sum((d - m) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+    half = t.ppf(0.975, len(diffs) - 1) * sd / len(diffs) ** 0.5
+    return f"{fmt.format(m)} [{fmt.format(m - half)}, {fmt.format(m + half)}] (n={len(diffs)})"
 
 
 # ---- speed ----------------------------------------------------------------------------------
