@@ -32,6 +32,16 @@ def test_aqn_windows_compare_the_same_seed_with_and_without_noise(tmp_path):
     # hand-computed: mean(2, 3) = 2.5; mean(4..10) = 7; mean(1..10) = 5.5; AQN doubles each
     assert table_row(md, "0") == ["0", "2.5000 / 5.0000", "7.0000 / 14.0000", "5.5000 / 11.0000", "50.0 / 60.0"]
     assert "| 1 |" not in md.split("### AQN's effect per seed")[1].split("##")[0]
+    assert table_row(md, "aqn - none") == ["aqn - none", "+2.5000 (n=1)", "+7.0000 (n=1)", "+5.5000 (n=1)",
+                                           "+10.0 (n=1)"]  # one paired seed: no interval
+
+
+def test_paired_cell_is_the_mean_difference_with_its_t_interval():
+    from rlx.report.qerl import paired_cell
+
+    # diffs 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.3027 -> half-width 4.3027 / sqrt(3) = 2.4841
+    assert paired_cell([1.0, 2.0, 3.0], "{:+.3f}") == "+2.000 [-0.484, +4.484] (n=3)"
+    assert paired_cell([], "{:.1f}") == "–"
 
 
 def test_steps_to_reach_per_seed_uses_each_seeds_own_long_baseline(tmp_path):
