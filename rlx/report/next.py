@@ -6,7 +6,7 @@ import math
 import statistics
 
 from rlx.report.sweeps import papers
-from rlx.report.tables import logged_value, md_table, stat, summary_value
+from rlx.report.tables import base_cell, logged_value, md_table, stat, summary_value
 from rlx.runs import Run
 
 
@@ -34,9 +34,8 @@ def next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     target = long_final.mean if long_final.values else math.nan
     rows = []
     every = [j for js in arms.values() for j in js]
-    base = stat(every, summary_value("val/acc_base"))
-    rows.append(["backbone (no RL, step 0)", "0", "–", base.cell(100),
-                 stat(every, logged_value("val/mean_at_k", 0)).cell(100),
+    rows.append(["backbone (no RL, step 0)", "0", "–", base_cell(every, summary_value("val/acc_base"), 100),
+                 base_cell(every, logged_value("val/mean_at_k", 0), 100),
                  "–", "–", _paper_cell(paper["base"].get("7B")), _paper_cell(paper["base"].get("14B"))])
     for arm, js in arms.items():
         steps = sorted({j.get("train.steps") for j in js})

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from rlx.report.sweeps import arm_axis, papers
-from rlx.report.tables import first_tenth_mean, mean_metric, md_table, pct, stat, summary_value
+from rlx.report.tables import base_cell, first_tenth_mean, mean_metric, md_table, pct, stat, summary_value
 from rlx.runs import Run
 
 FORMATS = ("none", "nf4", "mxfp4", "nvfp4")
@@ -36,7 +36,7 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     base_of = {}
     for fmt in FORMATS:
         src = arms.get(f"base_{fmt}") or arms.get(f"lora_{fmt}") or arms.get(f"lora_{fmt}_aqn") or []
-        base_of[fmt] = (stat(src, summary_value("val/acc_base")), f"base_{fmt}" in arms)
+        base_of[fmt] = (src, f"base_{fmt}" in arms)
     order = arm_axis("qerl_table1")[1]
     cols = [a for a in order if a.startswith("base_")] + ["full_ft"] + [a for a in order if not a.startswith("base_")]
     header = ["model"] + [labels.get(c, c) for c in cols]
@@ -45,8 +45,8 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
         if c == "full_ft":
             ours.append("– (not in rlx)")
         elif c.startswith("base_"):
-            s, direct = base_of[c[5:]]
-            ours.append(s.cell(100) + ("" if direct or not s.values else " †"))
+            src, direct = base_of[c[5:]]
+            ours.append(base_cell(src, summary_value("val/acc_base"), 100) + ("" if direct or not src else " †"))
         else:
             ours.append(stat(arms.get(c, []), _acc).cell(100))
     rows = [["rlx tiny (this sweep)"] + ours]
@@ -58,7 +58,7 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
            "rlx's 16-bit columns are the unquantized base (fp32 for the tiny model). "
            "Paper rows: GSM8K, QeRL Table 1.", ""]
     out += md_table(header, rows)
-    if any(not direct and s.values for s, direct in base_of.values()):
+    if any(not direct and src for src, direct in base_of.values()):
         out += ["", "† no base arm in this sweep: the step-0 evaluation of that format's LoRA runs (the same model, "
                 "LoRA B = 0)."]
     return out + exploration_table(arms, labels) + aqn_windows_table(arms)

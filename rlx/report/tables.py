@@ -45,6 +45,23 @@ def stat(jobs: list[Run], value: Callable[[Run], float | None]) -> Stat:
     return Stat(vals, sum(not j.ok for j in jobs))
 
 
+def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: float = 1.0, digits: int = 1) -> str:
+    """A "no RL" cell: the step-0 evaluation of one base. Runs of the same seed evaluate it alike, so one value
+    per seed (n = seeds, not runs); when every seed gives the same value (greedy decoding) it is one
+    deterministic evaluation copied across the runs, and the cell says so instead of an n and a zero spread."""
+    per_seed: dict = {}
+    for j in jobs:
+        v = value(j) if j.ok else None
+        if v is not None and math.isfinite(float(v)):
+            per_seed.setdefault(j.seed, float(v))
+    failed = sum(not j.ok for j in jobs)
+    runs = sum(j.ok for j in jobs)
+    if len(per_seed) > 1 and len(set(per_seed.values())) == 1:
+        v = next(iter(per_seed.values())) * scale
+        return f"{v:.{digits}f} (one deterministic evaluation, the same in all {runs} runs)"
+    return Stat(list(per_seed.values()), failed).cell(scale, digits)
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     clean = lambda s: str(s).replace("|", "/").replace("\n", " ")  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
