@@ -90,7 +90,7 @@ def rule_of_key(num_keys: int, seed: int) -> dict[str, str]:
 
 
 class KeyedRules(Task):
-    """`k:DDDDD=` -> the digit string transformed by key k's rule (copy, reverse, rotate, +-1 per digit).
+    """`k:DDDD=` (task.length digits) -> the digit string transformed by key k's rule (copy, reverse, rotate, +-1 per digit).
 
     A demonstration names the rule it applies, then answers: `R####54321` (reverse of 12345); the
     `correct` reward reads the answer after `####`. The SFT demonstrator applies key k's own rule to only
