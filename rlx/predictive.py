@@ -197,18 +197,12 @@ def append_decisions(sweep_dir: str | Path, decisions: list[Decision]) -> None:
 
 def read_decisions(sweep_dir: str | Path) -> list[dict]:
     """Every decision recorded under SWEEP_DIR (predictive.jsonl), in order; [] when there is none."""
+    from rlx.runs import parse_metrics  # a last line cut by a kill is dropped; an earlier bad line raises
+
     path = Path(sweep_dir) / DECISIONS_JSONL
     if not path.is_file():
         return []
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    out = []
-    for i, ln in enumerate(lines):
-        try:
-            out.append(json.loads(ln))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise ValueError(f"{path}: line {i + 1} is not JSON (only a last line cut by a kill is skipped)")
-    return out
+    return [row for _, row in parse_metrics(path, key="round")[0]]
 
 
 def arm_outcomes(records: list[dict]) -> dict[str, dict]:
@@ -354,8 +348,11 @@ class DriverLog:
     a restarted driver appends to the same run."""
 
     def __init__(self, name: str, sweep_dir: str | Path, overrides: list[str]):
+        from rlx.config import LoggerConfig
+
+        default = LoggerConfig()
         kv = {o.lstrip("+").split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
-        self.mode = "disabled" if kv.get("logger") == "disabled" else kv.get("logger.mode", "offline")
+        self.mode = "disabled" if kv.get("logger") == "disabled" else kv.get("logger.mode", default.mode)
         self.run = None
         if self.mode == "disabled":
             return
@@ -366,7 +363,7 @@ class DriverLog:
         id_file = Path(sweep_dir) / "predictive_wandb_id"
         run_id = id_file.read_text().strip() if id_file.is_file() else None
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.run = wandb.init(project=kv.get("logger.project", "rlx"), entity=kv.get("logger.entity"),
+        self.run = wandb.init(project=kv.get("logger.project", default.project), entity=kv.get("logger.entity", default.entity),
                               group=kv.get("logger.group", name), job_type="predictive", name=f"{name}-predictive",
                               dir=str(sweep_dir), mode=self.mode, id=run_id, resume="allow" if run_id else None,
                               reinit="finish_previous", config={"sweep": name, "sweep_dir": str(sweep_dir)})

@@ -22,8 +22,10 @@ class MetricsFileError(ValueError):
     """metrics.jsonl has an invalid line before its last one (data would be lost: never dropped silently)."""
 
 
-def parse_metrics(path: Path, text: str | None = None, strict: bool = True) -> tuple[list[tuple[str, dict]], str | None]:
-    """(line, row) of every row of a metrics.jsonl, and a message if a line was dropped (else None).
+def parse_metrics(path: Path, text: str | None = None, strict: bool = True,
+                  key: str = "step") -> tuple[list[tuple[str, dict]], str | None]:
+    """(line, row) of every row of a metrics.jsonl (or of any JSON-lines file whose rows carry `key`, e.g.
+    predictive.jsonl's "round"), and a message if a line was dropped (else None).
 
     Only the last line can be half written (a kill or a full disk while appending): if it is not valid
     JSON it is dropped (a valid row missing only its newline is kept). strict=True: any other invalid
@@ -50,11 +52,11 @@ def parse_metrics(path: Path, text: str | None = None, strict: bool = True) -> t
                 continue
             raise MetricsFileError(f"{path}: line {i + 1} is not valid JSON ({e.msg} at column {e.colno}); only a "
                                    f"last line may be incomplete -- refusing to drop data, fix or remove that line") from None
-        if not isinstance(row, dict) or "step" not in row:
+        if not isinstance(row, dict) or key not in row:
             if not strict:
-                notes.append(f"{path}: skipped line {i + 1} (not a metrics row)")
+                notes.append(f"{path}: skipped line {i + 1} (not a row: no '{key}')")
                 continue
-            raise MetricsFileError(f"{path}: line {i + 1} is not a metrics row (a JSON object with a step)")
+            raise MetricsFileError(f"{path}: line {i + 1} is not a row (a JSON object with a {key})")
         rows.append((ln, row))
     return rows, ("; ".join(notes) or None)
 

@@ -7,7 +7,9 @@ import math
 import numpy as np
 
 from rlx.report.sweeps import arm_axis, papers
-from rlx.report.tables import base_cell, first_tenth_mean, mean_metric, md_table, pct, stat, summary_value
+from rlx.report.tables import (
+    base_cell, first_tenth_mean, mean_metric, md_table, paired_cell, pct, stat, summary_value,
+)
 from rlx.runs import Run
 
 FORMATS = ("none", "nf4", "mxfp4", "nvfp4")
@@ -120,18 +122,6 @@ def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
             f"final val/acc (%). Last row: the paired difference, mean [95% t-interval] over seeds.",
             ""] + md_table(["seed"] + [name + " (none / aqn)" for name, _, _ in windows]
                            + ["val/acc % (none / aqn)"], rows)
-
-
-def paired_cell(diffs: list[float], fmt: str) -> str:
-    """'mean [lo, hi] (n=k)': the mean paired difference with its 95% Student-t interval ('–' for fewer than 2)."""
-    if len(diffs) < 2:
-        return "–" if not diffs else fmt.format(diffs[0]) + " (n=1)"
-    from scipy.stats import t
-
-    m = sum(diffs) / len(diffs)
-    sd = (sum((d - m) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
-    half = t.ppf(0.975, len(diffs) - 1) * sd / len(diffs) ** 0.5
-    return f"{fmt.format(m)} [{fmt.format(m - half)}, {fmt.format(m + half)}] (n={len(diffs)})"
 
 
 # ---- speed ----------------------------------------------------------------------------------

@@ -62,6 +62,18 @@ def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: floa
     return Stat(list(per_seed.values()), failed).cell(scale, digits)
 
 
+def paired_cell(diffs: list[float], fmt: str) -> str:
+    """'mean [lo, hi] (n=k)': the mean paired difference with its 95% Student-t interval ('–' for fewer than 2)."""
+    if len(diffs) < 2:
+        return "–" if not diffs else fmt.format(diffs[0]) + " (n=1)"
+    from scipy.stats import t
+
+    m = sum(diffs) / len(diffs)
+    sd = (sum((d - m) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+    half = t.ppf(0.975, len(diffs) - 1) * sd / len(diffs) ** 0.5
+    return f"{fmt.format(m)} [{fmt.format(m - half)}, {fmt.format(m + half)}] (n={len(diffs)})"
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     clean = lambda s: str(s).replace("|", "/").replace("\n", " ")  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

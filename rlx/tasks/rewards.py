@@ -39,7 +39,7 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _final_answer(text: str) -> str | None:
+def final_answer(text: str) -> str | None:
     """The final answer of a completion: the text after the last '####' or inside the last \\boxed{}, else the whole."""
     if "####" in text:
         return text.rsplit("####", 1)[1].strip()
@@ -52,7 +52,7 @@ def _final_answer(text: str) -> str | None:
 @register_reward("correct")
 def correct(completion: str, example) -> float:
     """1 if the completion's final answer equals the gold answer exactly (after trimming spaces)."""
-    ans = _final_answer(completion)
+    ans = final_answer(completion)
     return float(ans is not None and ans == example.answer.strip())
 
 

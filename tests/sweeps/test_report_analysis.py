@@ -37,7 +37,7 @@ def test_aqn_windows_compare_the_same_seed_with_and_without_noise(tmp_path):
 
 
 def test_paired_cell_is_the_mean_difference_with_its_t_interval():
-    from rlx.report.qerl import paired_cell
+    from rlx.report.tables import paired_cell
 
     # diffs 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.3027 -> half-width 4.3027 / sqrt(3) = 2.4841
     assert paired_cell([1.0, 2.0, 3.0], "{:+.3f}") == "+2.000 [-0.484, +4.484] (n=3)"

@@ -31,6 +31,7 @@ def probe(overrides: list[str], sigmas: list[float], draws: int, prompts: int) -
     from rlx.bench.vs_trl_sides import compose_rlx
     from rlx.rollout.base import SamplingParams
     from rlx.rollout.schedule import generate_groups
+    from rlx.tasks.rewards import final_answer
     from rlx.tasks.synthetic import RULES
     from rlx.train import build
 
@@ -43,7 +44,7 @@ def probe(overrides: list[str], sigmas: list[float], draws: int, prompts: int) -
 
         def applies_a_rule(ex, text: str) -> bool:
             digits = ex.prompt.split(":", 1)[1].rstrip("=") if ":" in ex.prompt else None
-            answer = text.rsplit("####", 1)[-1].strip()
+            answer = final_answer(text)  # what the `correct` reward compares
             return digits is not None and any(answer == f(digits) for f in RULES.values())
 
         out: dict = {"overrides": overrides, "group_size": G, "prompts": len(held)}
