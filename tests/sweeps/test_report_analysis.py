@@ -99,3 +99,30 @@ def test_loo_report_labels_a_tie_and_an_undetermined_asymptote(tmp_path):
     assert edge[3].startswith("1.000")
     assert edge[7] == "undetermined (A of on_policy at the edge of its grid (the data do not pin the asymptote))"
     assert edge[9].endswith("(undetermined)")  # the row's note
+
+
+def test_pretrained_sweep_reports_base_and_after_rl_per_seed_with_the_paired_gain(tmp_path):
+    # 3 seeds of a 4-step run on 10 held-out problems; evaluations at steps 0 and 4
+    def cfg(seed):
+        return {"seed": seed, "train": {"steps": 4}, "task": {"n_eval": 10}, "rollout": {"engine": "vllm"},
+                "logger": {"group": "smollm2_wordproblems"}}
+
+    def rows(final, step_s, eval_s):
+        out = [{"step": 0, "val/acc": 0.1, "timing_s/eval": 50.0}]
+        for s in range(1, 5):
+            row = {"step": s, "train/reward/mean": 0.1 * s, "timing_s/step": step_s + (eval_s if s == 4 else 0.0)}
+            if s == 4:
+                row.update({"val/acc": final, "timing_s/eval": eval_s})
+            out.append(row)
+        return out
+
+    for seed, final in enumerate([0.2, 0.4, 0.3]):
+        make_job(tmp_path, seed, cfg(seed), [f"seed={seed}"], {**finished(final, 0.1), "wall_s": 100.0 + seed},
+                 rows(final, 30.0, 40.0))
+    md, _ = build_report(tmp_path, plots=False)
+    assert "### engine: vllm" in md
+    # eval time is taken out of step 4: every RL step is 30 s -> 2 steps / min; rewards (.1+.2+.3+.4)/4 = .25
+    assert table_row(md, "1") == ["1", "10.0 (1/10)", "40.0 (4/10)", "0.250 / 0.250", "30.0", "2.00", "101"]
+    # gains +10, +30, +20 points: mean 20, sd 10, t(0.975, 2) 4.3027 -> half-width 24.84
+    assert table_row(md, "3 runs") == ["3 runs", "10.0 (one deterministic evaluation, the same in all 3 runs)",
+                                       "30.0 ± 10.0 (n=3)", "+20.0 [-4.8, +44.8] (n=3)"]
