@@ -52,7 +52,7 @@ def verdict_cell(first: Row, second: Row, cfg: ScalingConfig) -> str:
     if v.rule == "undetermined":
         return f"undetermined ({v.edge_note()})"
     how = ("higher A" if v.rule == "asymptote"
-           else f"B at common A={v.A_common:.3f}: {v.B_first:.2f} vs {v.B_second:.2f}")
+           else f"B at common A={v.A_common:.3f}: {v.first} {v.B_first:.2f} vs {v.second} {v.B_second:.2f}")
     sure = "" if v.separable else " (intervals overlap)"
     return f"{v.winner or 'tie'} ({how}){sure}"
 

@@ -94,7 +94,7 @@ def test_loo_report_labels_a_tie_and_an_undetermined_asymptote(tmp_path):
                  {"status": "finished", "val/mean_at_k": float(reward[-1])}, rows)
     md, _ = build_report(tmp_path, plots=False)
     tie = table_row(md, "FP32 LM head off")
-    assert tie[6] == "+0.000" and tie[7].startswith("tie (B at common A=0.605: 1.92 vs 1.92)")  # no winner
+    assert tie[6] == "+0.000" and tie[7].startswith("tie (B at common A=0.605: scalerl 1.92 vs no_fp32_head 1.92)")  # no winner
     edge = table_row(md, "PipelineRL-8 -> on-policy (sync)")
     assert edge[3].startswith("1.000")
     assert edge[7] == "undetermined (A of on_policy at the edge of its grid (the data do not pin the asymptote))"

@@ -187,6 +187,8 @@ def test_mini_testbeds_run_here_on_the_rules_task(name):
     validate(cfg)  # no paths to supply: the tiny model and the synthetic task
     assert cfg.model.source == "tiny" and cfg.task.name == "rules" and cfg.model.sft.steps == 1500
     assert cfg.algo.beta == 0.04 and cfg.algo.lr == 1e-3
+    # ScaleRL's testbed: a demonstrator right half the time (a smooth, fittable climb); the others: 2% (rare)
+    assert cfg.task.demo_correct == (0.5 if name == "mini_scalerl" else 0.02)
     assert compose([f"experiment={name}", "algo=cispo"]).algo.beta == 0.04  # the testbed's KL in every arm
 
 
