@@ -178,6 +178,8 @@ def test_smollm2_experiment_is_the_pretrained_model_on_word_problems_with_vllm()
     assert cfg.model.chat_prompts and cfg.task.rewards == {"math_verify": 1.0}
     # 4 x 4 = 16 sequences per step, forwarded 4 at a time (32 at once were OOM-killed at 24 GiB)
     assert cfg.rollout.prompts_per_step * cfg.rollout.group_size == 16 and cfg.algo.micro_batch_size == 4
+    assert cfg.algo.lr == 1e-4  # not the algo group's 1e-3, which broke 3 of 5 runs on this model
+    assert compose(["experiment=smollm2_wordproblems", "algo=cispo"]).algo.lr == 1e-4  # in every algo arm
     assert compose(["experiment=smollm2_wordproblems", "rollout=hf"]).rollout.engine == "hf"
 
 
