@@ -24,6 +24,9 @@ def check_config(cfg: AlgoConfig) -> None:
         raise ValueError("algo.dynamic_sampling (refill) and algo.zero_variance_filter (drop) exclude each other")
     if cfg.mu < 1 or cfg.micro_batch_size < 1 or cfg.max_resample_rounds < 0:
         raise ValueError("algo.mu and algo.micro_batch_size must be >= 1, max_resample_rounds >= 0")
+    if cfg.micro_batch_tokens < 0 or cfg.logprob_chunk < 0:
+        raise ValueError(f"algo.micro_batch_tokens and algo.logprob_chunk must be >= 0 (0 = off), got "
+                         f"{cfg.micro_batch_tokens} and {cfg.logprob_chunk}")
     if cfg.tis_cap < 0:
         raise ValueError(f"algo.tis_cap must be >= 0 (0 = off), got {cfg.tis_cap}")
     if not 0.0 < cfg.pass_rate_threshold <= 1.0:

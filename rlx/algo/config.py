@@ -43,3 +43,6 @@ class AlgoConfig:
     mu: int = 1  # optimizer steps per rollout batch
     micro_batch_size: int = 64  # sequences per forward/backward
     trim_padding: bool = False  # sort rows by length; each micro-batch computes only its own longest row
+    micro_batch_tokens: int = 0  # > 0: bin rows by length into micro-batches of at most this many padded tokens
+    shared_prefix: bool = False  # run each group's prompt once; its completions attend to its KV cache
+    logprob_chunk: int = 0  # > 0: LM head over this many tokens at a time, no [N, T, V] logits (0 = full)

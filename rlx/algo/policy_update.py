@@ -13,9 +13,7 @@ that never match the trainer bit for bit. The first pass also measures that mism
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
-from dataclasses import dataclass
-
+from contextlib import contextmanager, nullcontext
 import torch
 
 from rlx.algo.advantages import compute_advantages
@@ -23,39 +21,11 @@ from rlx.algo.aggregation import token_weights
 from rlx.algo.losses import policy_loss
 from rlx.algo.shaping import mask_truncated
 from rlx.device import autocast
-from rlx.models.forward import token_logprobs
+from rlx.algo.micro_batches import forward_logprobs, micro_batches
 
 
 class NonFiniteError(RuntimeError):
     pass
-
-
-@dataclass
-class MicroBatch:
-    rows: slice | torch.Tensor  # which rows of the batch
-    ids: torch.Tensor  # [n, P' + T'] input ids on the trainer device
-    attn: torch.Tensor  # [n, P' + T']
-    T: int  # completion columns T' <= T this micro-batch computes
-
-
-def micro_batches(batch, size: int, trim: bool, dev) -> list[MicroBatch]:
-    """Split the batch for the update. `trim` (algo.trim_padding): rows sorted by completion length
-    (longest first), and each micro-batch cut to its own longest prompt and completion, so no
-    forward runs over columns that are padding in every row (same loss, summed in another order)."""
-    N, P, T = len(batch), batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
-    if not trim:
-        ids, attn = batch.input_ids.to(dev), batch.attention_mask.to(dev)  # [N, P+T]
-        return [MicroBatch(slice(s, s + size), ids[s: s + size], attn[s: s + size], T) for s in range(0, N, size)]
-    order = torch.argsort(batch.completion_mask.sum(1), descending=True, stable=True)
-    out = []
-    for s in range(0, N, size):
-        r = order[s: s + size]
-        tc = max(1, int(batch.completion_mask[r].sum(1).max()))
-        pp = max(1, int(batch.prompt_mask[r].sum(1).max()))
-        ids = torch.cat([batch.prompt_ids[r, P - pp:], batch.completion_ids[r, :tc]], 1)
-        attn = torch.cat([batch.prompt_mask[r, P - pp:], batch.completion_mask[r, :tc]], 1)
-        out.append(MicroBatch(r.to(dev), ids.to(dev), attn.to(dev), tc))
-    return out
 
 
 def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -67,10 +37,18 @@ def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: t
     return {"rollout/logprob_diff/mean": d.mean().item(), "rollout/logprob_diff/max": d.max().item()}
 
 
+@contextmanager
+def _adapters_off(policy):
+    with policy.disable_adapter():
+        yield policy
+
+
 def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, step: int,
-           train_noise=None, dp=None) -> tuple[dict, int]:
+           train_noise=None, dp=None, ref_policy=None) -> tuple[dict, int]:
     """Train on `batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
 
+    `ref_policy`: the frozen reference for the KL term (full fine-tuning keeps a copy); None = the
+    policy itself with its LoRA adapters disabled.
     `dp` (rlx.distributed.DataParallel): on N ranks every rank holds the same global batch, computes
     the same advantages and token weights, and backpropagates only its share of the micro-batches;
     gradients and statistics are summed across ranks, so the step is the single-process one."""
@@ -95,13 +73,15 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     mask = mask.to(dev)
     rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
     temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
-    micro = dp.assign(micro_batches(batch, a.micro_batch_size, a.trim_padding, dev))  # this rank's (mb, live)
+    chunk = a.logprob_chunk
+    micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask))  # this rank's (mb, live)
     ref = None
-    if a.beta > 0:  # reference = the same model with adapters disabled
+    if a.beta > 0:  # reference = a frozen copy, or the same model with adapters disabled
         ref = torch.zeros_like(rollout_logp)  # [N, T]
-        with torch.no_grad(), policy.disable_adapter(), autocast(trainer):
+        ref_ctx = nullcontext(ref_policy) if ref_policy is not None else _adapters_off(policy)
+        with torch.no_grad(), ref_ctx as ref_model, autocast(trainer):
             for mb, _ in micro:
-                ref[mb.rows, : mb.T] = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head).float()
+                ref[mb.rows, : mb.T] = forward_logprobs(ref_model, mb, temp, fp32_head, chunk).float()
     want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
     first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
     entropy = torch.zeros_like(rollout_logp) if want_entropy else None
@@ -117,8 +97,8 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
             noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
             with noisy, dp.sync_after(last=i == len(micro) - 1):  # noise restored only after backward
                 with autocast(trainer):
-                    out = token_logprobs(policy, mb.ids, mb.attn, mb.T, temp, fp32_head,
-                                         with_entropy=want_entropy and epoch == 0, decoder=dp.decoder)
+                    out = forward_logprobs(policy, mb, temp, fp32_head, chunk,
+                                           with_entropy=want_entropy and epoch == 0, decoder=dp.decoder)
                 logp, ent = out if isinstance(out, tuple) else (out, None)
                 logp = logp.float()
                 if not live:  # a rank with fewer micro-batches: same collectives, zero gradient
