@@ -175,6 +175,11 @@ class RolloutConfig:
     eval_max_new_tokens: Optional[int] = None  # completion budget for evaluation (null = max_new_tokens)
     eval_k: int = 4  # mean@k samples per held-out prompt
     eval_temperature: float = 1.0  # temperature of the mean@k samples
+    eval_top_p: Optional[float] = None  # nucleus mass of the mean@k samples (null = rollout.top_p)
+    eval_top_k: Optional[int] = None  # top-k of the mean@k samples (null = rollout.top_k; 0 = off)
+    # sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = the engine's
+    # own batch (hf: rollout.batch_size, vllm: rollout.vllm.max_num_seqs)
+    eval_chunk: int = 0
     batch_size: int = 512  # hf: sequences generated at once
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)

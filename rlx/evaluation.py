@@ -1,55 +1,211 @@
 """Held-out evaluation: greedy accuracy and mean@k on every eval set, through the rollout engine.
 
+One function generates and scores every eval set (`run_eval`); training's `evaluate` turns its result
+into the val/* metrics and `python -m rlx.eval` (rlx/eval) into pass@k / maj@k tables, so both run the
+same engine, prompts (chat templates already rendered by the task), sampling settings and rewards.
+
 One set (task.eval empty): `val/acc`, `val/mean_at_k`, `val/k`, as always. Named sets (task.eval):
 `val/<name>/acc` and `val/<name>/mean_at_k` for each, and their unweighted mean as `val/acc` and
 `val/mean_at_k` (verl logs `val-core/<source>/...` per source; the mean keeps every reader of
-`val/acc` -- reports, sweeps, the scaling fit -- working). All sets are generated in one engine call.
+`val/acc` -- reports, sweeps, the scaling fit -- working).
+
+Generation goes in chunks of `rollout.eval_chunk` sequences (default: the engine's own batch) so that
+progress can be shown after each (`EvalProgress`). Every row's sampling seed is drawn up front, in the
+order one engine call per pass would draw them, and handed to the engine with the row: a row's tokens
+depend on its seed alone (docs/engine.md), so chunking changes no sample and no metric.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from dataclasses import dataclass
+
 import torch
 
+from rlx.logging import say
+from rlx.rollout.base import SamplingParams, draw_seeds
 
-def _split(values: list, sizes: list[int], per: int = 1) -> list[list]:
-    """Consecutive chunks of `values`, `size * per` long each."""
+PROGRESS_EVERY_S = 10.0  # the least time between two progress lines (a bar, on a TTY, redraws at every chunk)
+
+
+@dataclass
+class SetResult:
+    """What one eval set generated and scored: greedy and (if k > 0) k samples per prompt."""
+
+    name: str
+    examples: list  # [P] rlx.tasks.Example
+    greedy: list[str]  # [P] completions
+    greedy_passed: list[bool]  # [P]
+    greedy_reward: list[float]  # [P] weighted total reward
+    k: int = 0
+    samples: list[str] | None = None  # [P * k], k consecutive samples per prompt
+    samples_passed: list[bool] | None = None  # [P * k]
+    samples_reward: list[float] | None = None  # [P * k]
+
+    @property
+    def acc(self) -> float:
+        return sum(self.greedy_passed) / len(self.examples)
+
+    @property
+    def mean_at_k(self) -> float:
+        return sum(self.samples_passed) / (len(self.examples) * self.k)
+
+
+class EvalProgress:
+    """Sequences done / total, tokens/s and ETA of one evaluation: a tqdm bar when `bar` (None: stderr is
+    a TTY), else log lines, at most one every PROGRESS_EVERY_S seconds (and a last one if any was due). Reports only;
+    nothing it does reaches a sample or a metric."""
+
+    def __init__(self, total: int, label: str, show: bool = True, bar: bool | None = None, log=say):
+        self.total, self.label, self.show, self.log = total, label, show, log
+        self.done = self.tokens = 0
+        self.t0 = self.last = time.time()
+        use_bar = show and (sys.stderr.isatty() if bar is None else bar)
+        self.bar = None
+        if use_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="seq", leave=False, dynamic_ncols=True)
+
+    def __enter__(self) -> "EvalProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def start(self, what: str) -> None:
+        if self.show and self.bar is None:
+            self.log(f"{self.label}: {what}")
+
+    def line(self) -> str:
+        """'done/total sequences, tokens, tok/s, ETA' so far."""
+        dt = max(time.time() - self.t0, 1e-9)
+        eta = (self.total - self.done) * dt / self.done if self.done else float("nan")
+        return (f"{self.done}/{self.total} sequences, {self.tokens} tokens, {self.tokens / dt:.1f} tok/s, "
+                f"{dt:.0f}s elapsed, ETA {eta:.0f}s")
+
+    def update(self, rows: int, tokens: int) -> None:
+        self.done += rows
+        self.tokens += tokens
+        if not self.show:
+            return
+        if self.bar is not None:
+            self.bar.update(rows)
+            self.bar.set_postfix_str(f"{self.tokens / max(time.time() - self.t0, 1e-9):.0f} tok/s")
+        elif time.time() - self.last >= PROGRESS_EVERY_S or (self.done == self.total and self.last > self.t0):
+            self.last = time.time()
+            self.log(f"{self.label}: {self.line()}")
+
+
+def eval_generator(seed: int, step: int) -> torch.Generator:
+    """The evaluation's own sampling stream (eval never shifts the training RNG; rlx-eval reproduces it)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
+
+
+def eval_sampling(rollout, sampling: SamplingParams | None = None) -> tuple[SamplingParams, SamplingParams | None]:
+    """(greedy, sampled) settings of evaluation from rollout.* (`sampling`: the run's training settings,
+    from rollout.* when not given); sampled is None when rollout.eval_k is 0. Bad values name their key."""
+    for ok, key in ((rollout.eval_top_p is None or 0.0 < rollout.eval_top_p <= 1.0, "eval_top_p must be in (0, 1]"),
+                    (rollout.eval_top_k is None or rollout.eval_top_k >= 0, "eval_top_k must be >= 0 (0 = off)"),
+                    (rollout.eval_max_new_tokens is None or rollout.eval_max_new_tokens >= 1, "eval_max_new_tokens must be >= 1"),
+                    (rollout.eval_temperature >= 0, "eval_temperature must be >= 0"),
+                    (rollout.eval_k >= 0, "eval_k must be >= 0"),
+                    (rollout.eval_chunk >= 0, "eval_chunk must be >= 0 (0 = the engine's own batch)")):
+        if not ok:
+            name = key.split()[0]
+            raise ValueError(f"rollout.{key}; got {rollout[name]!r}")
+    sp = (sampling or SamplingParams.from_config(rollout)).but(max_tokens=rollout.eval_max_new_tokens or rollout.max_new_tokens)
+    if rollout.eval_k == 0:
+        return sp.but(temperature=0.0), None
+    sampled = sp.but(temperature=float(rollout.eval_temperature))
+    if rollout.eval_top_p is not None:
+        sampled = sampled.but(top_p=float(rollout.eval_top_p))
+    if rollout.eval_top_k is not None:
+        sampled = sampled.but(top_k=int(rollout.eval_top_k))
+    return sp.but(temperature=0.0), sampled
+
+
+def chunk_rows(rollout) -> int:
+    """Sequences per engine call: rollout.eval_chunk, else what the engine generates at once anyway."""
+    if rollout.eval_chunk > 0:
+        return int(rollout.eval_chunk)
+    return int(rollout.vllm.max_num_seqs if rollout.engine == "vllm" else rollout.batch_size)
+
+
+def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
+                   progress: EvalProgress) -> list[str]:
+    """n completions per prompt, prompt-major ([len(prompts) * n], as engine.generate(prompts, n) orders
+    them), `chunk` rows per engine call, row i sampled from seeds[i]."""
+    rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
+    texts: list[str] = []
+    for s in range(0, len(rows), chunk):
+        batch = engine.generate(rows[s: s + chunk], 1, sp, None, seeds=seeds[s: s + chunk])
+        texts += batch.texts
+        progress.update(len(batch), int(batch.completion_mask.sum()))
+    return texts
+
+
+def _scored(task, examples, texts) -> tuple[list[bool], list[float]]:
+    per_fn = task.score(examples, texts)
+    return task.passed(per_fn), task.total_reward(per_fn)
+
+
+def run_eval(engine, task, rollout, generator: torch.Generator, sampling: SamplingParams | None = None,
+             label: str = "[eval]", show: bool = True, bar: bool | None = None) -> list[SetResult]:
+    """Greedy and rollout.eval_k sampled completions of every eval set of `task`, scored by its rewards.
+    All sets go through the engine together; `show`: report progress (rank 0), `bar`: tqdm (None: on a TTY)."""
+    greedy_sp, sampled_sp = eval_sampling(rollout, sampling)
+    k = rollout.eval_k if sampled_sp is not None else 0
+    names = list(task.eval_sets)
+    sets = [task.eval_sets[n] for n in names]
+    prompts = [e.prompt for ex in sets for e in ex]
+    # the seeds one engine call per pass would draw, in the same order: greedy rows, then sampled rows
+    greedy_seeds = draw_seeds(generator, len(prompts))
+    sampled_seeds = draw_seeds(generator, len(prompts) * k) if k else []
+    chunk = chunk_rows(rollout)
+    with EvalProgress(len(prompts) * (1 + k), label, show=show, bar=bar) as progress:
+        progress.start(f"{len(prompts)} prompts: {len(prompts)} greedy + {k} x {len(prompts)} sampled sequences "
+                       f"(up to {greedy_sp.max_tokens} tokens), {chunk} per engine call")
+        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress)  # [sum(P)]
+        sampled = generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress) if k else None
     out, i = [], 0
-    for n in sizes:
-        out.append(values[i : i + n * per])
-        i += n * per
+    for name, ex in zip(names, sets):  # scored set by set, greedy first, as always (import-path rewards see these batches)
+        passed, reward = _scored(task, ex, greedy[i: i + len(ex)])
+        out.append(SetResult(name, ex, greedy[i: i + len(ex)], passed, reward, k))
+        i += len(ex)
+    if sampled is not None:  # [sum(P) * k], k consecutive samples per prompt
+        i = 0
+        for r in out:
+            texts = sampled[i: i + len(r.examples) * k]
+            r.samples = texts
+            r.samples_passed, r.samples_reward = _scored(task, [e for e in r.examples for _ in range(k)], texts)
+            i += len(texts)
+    return out
+
+
+def val_metrics(results: list[SetResult], named: bool) -> dict:
+    """Training's val/* metrics of `run_eval`'s result (module docstring)."""
+    per_set = {r.name: {"acc": r.acc, **({"mean_at_k": r.mean_at_k} if r.k else {})} for r in results}
+    out = {}
+    if named:
+        for name, m in per_set.items():
+            out.update({f"val/{name}/{key}": v for key, v in m.items()})
+    out["val/acc"] = sum(m["acc"] for m in per_set.values()) / len(per_set)
+    if results[0].k:
+        out["val/mean_at_k"] = sum(m["mean_at_k"] for m in per_set.values()) / len(per_set)
+        out["val/k"] = results[0].k
     return out
 
 
 def evaluate(p, step: int) -> dict:
     """Greedy accuracy and mean@k on the eval sets, with the current policy, never under AQN noise.
-    `p` is the loop's Parts (cfg, task, schedule, policy, sampling)."""
-    cfg, task = p.cfg, p.task
-    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)  # own stream: eval never shifts training RNG
-    names = list(task.eval_sets)
-    sets = [task.eval_sets[n] for n in names]
-    sizes = [len(ex) for ex in sets]
-    prompts = [e.prompt for ex in sets for e in ex]
-    k = cfg.rollout.eval_k
-    sp = p.sampling.but(max_tokens=cfg.rollout.eval_max_new_tokens or cfg.rollout.max_new_tokens)
+    `p` is the loop's Parts (cfg, task, schedule, policy, sampling, world)."""
+    cfg = p.cfg
+    g = eval_generator(cfg.seed, step)
+    bar = None if cfg.train.progress else False  # train.progress=false: log lines, never a bar
     with p.schedule.serving(p.policy, step) as engine:  # the current policy, whatever the schedule samples from
-        greedy = engine.generate(prompts, 1, sp.but(temperature=0.0), g).texts  # [sum(sizes)]
-        sampled = engine.generate(prompts, k, sp.but(temperature=cfg.rollout.eval_temperature), g).texts if k > 0 else None
-    per_set = {}
-    for name, ex, texts in zip(names, sets, _split(greedy, sizes)):
-        per_set[name] = {"acc": _pass_rate(task, ex, texts)}
-    if sampled is not None:  # [sum(sizes) * k], k consecutive samples per prompt
-        for name, ex, texts in zip(names, sets, _split(sampled, sizes, k)):
-            per_set[name]["mean_at_k"] = _pass_rate(task, [e for e in ex for _ in range(k)], texts)
-    out = {}
-    if task.named_eval:
-        for name, m in per_set.items():
-            out.update({f"val/{name}/{key}": v for key, v in m.items()})
-    out["val/acc"] = sum(m["acc"] for m in per_set.values()) / len(per_set)
-    if sampled is not None:
-        out["val/mean_at_k"] = sum(m["mean_at_k"] for m in per_set.values()) / len(per_set)
-        out["val/k"] = k
-    return out
-
-
-def _pass_rate(task, examples, texts) -> float:
-    return sum(task.passed(task.score(examples, texts))) / len(examples)
+        results = run_eval(engine, p.task, cfg.rollout, g, p.sampling, label=f"[eval] step {step}",
+                           show=p.world.is_main, bar=bar)
+    return val_metrics(results, p.task.named_eval)

@@ -16,6 +16,7 @@ from rlx import algo as A
 from rlx import device as D
 from rlx import distributed as dist
 from rlx.config import unknown_keys
+from rlx.evaluation import eval_sampling
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import MODES as LOGGER_MODES
 from rlx.noise import build_noise
@@ -42,6 +43,7 @@ def check(cfg) -> D.Trainer:
 
         resolve_gguf(cfg.model.gguf_file)
     SamplingParams.from_config(cfg.rollout)
+    eval_sampling(cfg.rollout)  # evaluation's own settings (rollout.eval_*)
     check_schedule_config(cfg.rollout)
     trainer = D.resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     check_engine(cfg)

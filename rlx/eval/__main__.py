@@ -1,0 +1,3 @@
+from rlx.eval.cli import main
+
+main()

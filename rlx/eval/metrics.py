@@ -1,0 +1,61 @@
+"""pass@k, maj@k and mean@n of one eval set's n samples per prompt (and which k to report).
+
+pass@k is the unbiased estimator of Chen et al. (2021, "Evaluating Large Language Models Trained on
+Code", eq. 1): from n samples of which c pass, the probability that at least one of k samples drawn
+without replacement passes, 1 - C(n - c, k) / C(n, k), averaged over prompts. maj@k takes the first k
+samples of each prompt, extracts each one's final answer with the task's own extraction
+(rlx.tasks.rewards.final_answer: what the `correct` reward compares), and scores the most frequent
+answer (ties: the one that appears first; an empty answer is no vote) by the pass flag of the first
+sample that gave it. mean@n is the mean pass rate over all n samples (the expected pass@1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one prompt from n samples with c passing (exact integer binomials)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)  # comb(m, k) = 0 for m < k: pass@k = 1
+
+
+def majority(answers: list[str | None], passed: list[bool]) -> bool:
+    """Whether the majority answer of these samples passes (module docstring); no vote at all: False."""
+    votes = Counter(a for a in answers if a)  # insertion order breaks ties: the first-seen answer wins
+    if not votes:
+        return False
+    top = votes.most_common(1)[0][0]
+    return passed[answers.index(top)]
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks + ([n] if ks and ks[-1] != n else [])
+
+
+def parse_ks(text: str | None, n: int) -> list[int]:
+    """The k list of `--k 1,4,16` (None: default_ks(n)); every k must be in 1..n (refused before any model)."""
+    if text is None:
+        return default_ks(n)
+    try:
+        ks = sorted({int(t) for t in text.split(",") if t.strip()})
+    except ValueError:
+        raise ValueError(f"--k: expected comma-separated integers like 1,4,16; got {text!r}") from None
+    bad = [k for k in ks if not 1 <= k <= n]
+    if not ks or bad:
+        raise ValueError(f"--k {text}: every k must be in 1..n, where n = rollout.eval_k = {n} samples per prompt "
+                         f"(pass@k and maj@k draw k of the n samples); raise rollout.eval_k or lower k")
+    return ks
+
+
+def set_metrics(passed: list[bool], answers: list[str | None], n: int, ks: list[int]) -> dict:
+    """mean@n, pass@k and maj@k of one set from its prompt-major samples ([P * n] each)."""
+    P = len(passed) // n
+    rows = [(passed[i * n: (i + 1) * n], answers[i * n: (i + 1) * n]) for i in range(P)]
+    return {"mean_at_n": sum(passed) / len(passed),
+            "pass_at_k": {k: sum(pass_at_k(n, sum(p), k) for p, _ in rows) / P for k in ks},
+            "maj_at_k": {k: sum(majority(a[:k], p[:k]) for p, a in rows) / P for k in ks}}

@@ -1,0 +1,82 @@
+"""rlx-eval's outputs: results.json (every figure), results.md (the table), completions.jsonl (every
+completion with its prompt, reward, extracted answer and gold answer)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlx.eval.metrics import set_metrics
+from rlx.tasks.rewards import final_answer
+
+
+def summarize(results: list, ks: list[int]) -> dict:
+    """{set name: {prompts, acc, [mean_at_n, pass_at_k, maj_at_k]}} and, over several sets, their
+    unweighted mean as "mean" (training's val/acc convention)."""
+    sets = {}
+    for r in results:
+        m = {"prompts": len(r.examples), "acc": r.acc}
+        if r.k:
+            m.update(set_metrics(r.samples_passed, [final_answer(t) for t in r.samples], r.k, ks))
+        sets[r.name] = m
+    if len(sets) > 1:
+        rows = list(sets.values())
+        avg = {"prompts": sum(m["prompts"] for m in rows), "acc": sum(m["acc"] for m in rows) / len(rows)}
+        if "mean_at_n" in rows[0]:
+            avg["mean_at_n"] = sum(m["mean_at_n"] for m in rows) / len(rows)
+            for key in ("pass_at_k", "maj_at_k"):
+                avg[key] = {k: sum(m[key][k] for m in rows) / len(rows) for k in ks}
+        sets["mean"] = avg
+    return sets
+
+
+def markdown(report: dict) -> str:
+    """One row per eval set: prompts, greedy accuracy, mean@n, pass@k and maj@k for every k."""
+    sets, n, ks = report["sets"], report["sampling"]["n"], report["ks"]
+    head = ["set", "prompts", "greedy acc"] + ([f"mean@{n}"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks]
+                                               if n else [])
+    lines = [f"# rlx-eval: {report['source']['kind']} {report['source'].get('path') or ''} ({report['source']['label']})",
+             "", f"Task `{report['task']}`, model `{report['model']}`, greedy + {n} samples per prompt "
+             f"({_sampling_text(report['sampling'])}); seed {report['seed']}.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in sets.items():
+        cells = [name, str(m["prompts"]), f"{m['acc']:.4f}"]
+        if n:
+            cells += [f"{m['mean_at_n']:.4f}"] + [f"{m['pass_at_k'][k]:.4f}" for k in ks] + [f"{m['maj_at_k'][k]:.4f}" for k in ks]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _sampling_text(s: dict) -> str:
+    sampled = s.get("samples")
+    text = f"up to {s['greedy']['max_tokens']} tokens"
+    if sampled:
+        text += f"; samples at temperature {sampled['temperature']}, top_p {sampled['top_p']}, top_k {sampled['top_k']}"
+    return text
+
+
+def completion_rows(results: list):
+    """One row per completion: greedy first, then the samples of each prompt in order."""
+    for r in results:
+        for i, e in enumerate(r.examples):
+            yield _row(r.name, i, "greedy", 0, e, r.greedy[i], r.greedy_reward[i], r.greedy_passed[i])
+        for j, text in enumerate(r.samples or []):
+            e = r.examples[j // r.k]
+            yield _row(r.name, j // r.k, "sample", j % r.k, e, text, r.samples_reward[j], r.samples_passed[j])
+
+
+def _row(name, i, kind, sample, e, text, reward, passed) -> dict:
+    return {"set": name, "index": i, "kind": kind, "sample": sample, "key": e.key, "prompt": e.prompt,
+            "completion": text, "reward": reward, "passed": bool(passed), "answer": final_answer(text), "gold": e.answer}
+
+
+def write(out_dir: Path, report: dict, results: list) -> dict[str, Path]:
+    """results.json, results.md and completions.jsonl in `out_dir` (replacing an earlier evaluation's)."""
+    from rlx.logging import write_text_atomic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "md": out_dir / "results.md", "jsonl": out_dir / "completions.jsonl"}
+    write_text_atomic(paths["json"], json.dumps(report, indent=2, default=str) + "\n")
+    write_text_atomic(paths["md"], markdown(report))
+    write_text_atomic(paths["jsonl"], "".join(json.dumps(row, default=str) + "\n" for row in completion_rows(results)))
+    return paths
