@@ -1,7 +1,11 @@
-"""The two sides of `rlx.bench.vs_trl`: the shared random Qwen2 model, rlx's and TRL's worker processes (one step loop each)."""
+"""The shared setup of `rlx.bench.vs_trl` and rlx's worker process: the random Qwen2 models of the
+tiny mode, the rlx overrides both sides are built from, peak-RSS accounting, and rlx's step loop.
+TRL's worker is `rlx.bench.vs_trl_trl`."""
 
 from __future__ import annotations
 
+import re
+import resource
 import time
 from pathlib import Path
 
@@ -15,8 +19,18 @@ SIZES: dict[str, dict] = {
     "10m": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=10, num_attention_heads=8, num_key_value_heads=4),
 }
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-PROMPTS_PER_STEP, GROUP_SIZE, LORA_R, LORA_ALPHA, LR, SEED = 16, 8, 8, 16, 1e-5, 0
 PHASES = ("step", "gen", "train")
+SEED = 0
+# Shared settings per mode: tiny = random Qwen2 + char tokenizer + task=arith (micro None: rlx keeps its
+# algo.micro_batch_size default, TRL one batch); real = a pretrained model + chat prompts of
+# task=wordproblems (one-step problems, as experiment=smollm2_wordproblems) with equal micro-batches.
+MODE_DEFAULTS = {
+    "tiny": dict(prompts=16, group=8, max_new="32,128", micro=None, lr=1e-5, lora_r=8, lora_alpha=16,
+                 trl_sides="trl_nogc"),
+    "real": dict(prompts=4, group=4, max_new="160", micro=4, lr=1e-4, lora_r=16, lora_alpha=32,
+                 trl_sides="trl,trl_nogc"),
+}
+TRL_SIDES = {"trl": None, "trl_nogc": False}  # side -> GRPOConfig(gradient_checkpointing=...); None: TRL's default
 
 
 # ---- model ---------------------------------------------------------------------------------------
@@ -42,7 +56,6 @@ def build_model_dir(size: str, out_dir: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-# ---- rlx side ------------------------------------------------------------------------------------
 def compose_rlx(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
@@ -52,42 +65,111 @@ def compose_rlx(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
-def rlx_overrides(model_dir: str, max_new: int, steps: int, engine: str, dtype: str, threads: int) -> list[str]:
+def model_overrides(model: str | None, model_path: str | None, tiny_dir: str | None, dtype: str | None) -> list[str]:
+    """The model and task part: tiny (`tiny_dir`, task=arith), `--model NAME` (conf/model/NAME.yaml) or
+    `--model-path DIR` (model=hf), the last two with the chat prompts of one-step word problems."""
+    dt = [f"model.dtype={dtype}"] if dtype else []
+    if tiny_dir:
+        return ["model=hf", f"model.path={tiny_dir}", *dt, "task=arith", "task.n_eval=16"]
+    model = [f"model={model}"] if model else ["model=hf", f"model.path={model_path}", "model.chat_prompts=true"]
+    return [*model, *dt, "task=wordproblems", "task.steps=1", "task.n_eval=4"]
+
+
+def shared_overrides(base: list[str], s: dict, max_new: int, steps: int, threads: int) -> list[str]:
+    """Every setting both sides share (the TRL worker composes the same config and reads them off it);
+    `s`: prompts, group, micro, lr, lora_r, lora_alpha. rlx's other defaults stay as shipped."""
+    micro = [f"algo.micro_batch_size={s['micro']}"] if s["micro"] else []
     return [
-        f"rollout={engine}", "model=hf", f"model.path={model_dir}", f"model.dtype={dtype}", "task=arith",
-        f"rollout.prompts_per_step={PROMPTS_PER_STEP}", f"rollout.group_size={GROUP_SIZE}",
-        f"rollout.max_new_tokens={max_new}", f"model.lora.r={LORA_R}", f"model.lora.alpha={LORA_ALPHA}",
-        f"algo.lr={LR}", f"seed={SEED}", f"train.steps={steps}", f"train.eval_every={steps}",
+        *base, f"rollout.prompts_per_step={s['prompts']}", f"rollout.group_size={s['group']}",
+        f"rollout.max_new_tokens={max_new}", f"model.lora.r={s['lora_r']}", f"model.lora.alpha={s['lora_alpha']}",
+        f"algo.lr={s['lr']}", *micro, f"seed={SEED}", f"train.steps={steps}", f"train.eval_every={steps}",
         f"train.ckpt_every={steps}", "logger.mode=disabled", "train.progress=false", "rollout.eval_k=0",
-        "task.n_eval=16", f"trainer.threads={threads}",
+        f"trainer.threads={threads}",
     ]
 
 
-def _cpu_timed(fn, out: list):
-    """`fn`, appending the process CPU seconds of each call to `out`."""
+# ---- peak resident memory ------------------------------------------------------------------------
+def _hwm_mib() -> float:
+    """The process's peak RSS in MiB: /proc's VmHWM (the counter behind getrusage's ru_maxrss on Linux)."""
+    try:
+        m = re.search(r"VmHWM:\s+(\d+)\s+kB", Path("/proc/self/status").read_text())
+    except OSError:
+        m = None
+    return int(m.group(1)) / 1024 if m else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_hwm() -> bool:
+    """Set the peak RSS back to the current RSS (Linux >= 4.0); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class RssPhases:
+    """Peak RSS per phase (MiB): at each boundary the peak since the last one goes to the phase that
+    ends, and the counter is reset, so the process peak is the max over phases. Without a resettable
+    counter only the process peak is known (`peaks` then holds `load` alone)."""
+
+    def __init__(self):
+        self.resettable = _reset_hwm()
+        self.phase, self.peaks = "load", {}
+
+    def mark(self, next_phase: str) -> None:
+        if not self.resettable:
+            return
+        self.peaks[self.phase] = max(self.peaks.get(self.phase, 0.0), _hwm_mib())
+        _reset_hwm()
+        self.phase = next_phase
+
+    def report(self) -> dict:
+        """{"peak_rss_mb": process peak, "<phase>_rss_mb": peak within that phase (max over steps)}."""
+        if not self.resettable:
+            return {"peak_rss_mb": _hwm_mib()}
+        self.mark(self.phase)
+        return {"peak_rss_mb": max(self.peaks.values()), **{f"{k}_rss_mb": v for k, v in self.peaks.items()}}
+
+
+# ---- rlx side ------------------------------------------------------------------------------------
+def _timed(fn, out: list, before=None, after=None, record=None):
+    """`fn`, appending the process CPU seconds of each call to `out`; `before()` / `after()` run around
+    it (RSS phase marks) and `record(args)` sees its arguments."""
     def wrapped(*args, **kwargs):
+        if before is not None:
+            before()
+        if record is not None:
+            record(args)
         t0 = time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
             out.append(time.process_time() - t0)
+            if after is not None:
+                after()
     return wrapped
 
 
-def worker_rlx(a) -> dict:
+def worker_rlx(spec: dict, work: Path) -> dict:
+    """rlx's `train.run` on the spec's overrides (+ its rlx-only extras): per-step times, peak RSS per
+    phase and the prompts each step trained on."""
     import rlx.algo
     import rlx.train
     from rlx.runs import read_metrics
 
-    cfg = compose_rlx(rlx_overrides(a.model_dir, a.max_new, a.steps, a.engine, a.dtype, a.threads) + list(a.rlx_override))
-    run_dir = Path(a.work) / "rlx_run"
+    cfg = compose_rlx(spec["overrides"] + spec["rlx_extra"])
+    run_dir = work / "rlx_run"
     # Process CPU time per step (`rl_step`, evaluation excluded) and per update (`algo.update`), in this
-    # process only; the wall times come from metrics.jsonl. Skipped where the loop has no such functions.
+    # process only; the wall times come from metrics.jsonl. rlx.train looks both up at call time.
     cpu_step: list[float] = []
     cpu_train: list[float] = []
-    if callable(getattr(rlx.train, "rl_step", None)) and callable(getattr(rlx.algo, "update", None)):
-        rlx.train.rl_step = _cpu_timed(rlx.train.rl_step, cpu_step)
-        rlx.algo.update = _cpu_timed(rlx.algo.update, cpu_train)
+    prompts: list[list[str]] = []
+    rss = RssPhases()
+    rlx.train.rl_step = _timed(rlx.train.rl_step, cpu_step, before=lambda: rss.mark("gen"),
+                               after=lambda: rss.mark("other"))
+    rlx.algo.update = _timed(rlx.algo.update, cpu_train, before=lambda: rss.mark("update"),
+                             after=lambda: rss.mark("gen"))  # after the update: weight sync (-> gen, as TRL's)
+    rlx.train.score = _timed(rlx.train.score, [], record=lambda args: prompts.append([e.prompt for e in args[1]]))
     rlx.train.run(cfg, run_dir)
     rows = [r for r in read_metrics(run_dir) if r.get("step", 0) >= 1 and "timing_s/step" in r]
     steps = [{
@@ -98,80 +180,9 @@ def worker_rlx(a) -> dict:
         "train_s": r["timing_s/train"],
         "mean_len": r["response_length/mean"],
     } for r in rows]
-    if len(cpu_step) == len(cpu_train) == len(steps):
-        for s, c, t in zip(steps, cpu_step, cpu_train):
-            s.update(step_cpu=c, gen_cpu=c - t, train_cpu=t)
-    return {"steps": steps}
-
-
-# ---- TRL side ------------------------------------------------------------------------------------
-def worker_trl(a) -> dict:
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from rlx.models import DTYPES
-    from rlx.tasks import build_task
-
-    torch.set_num_threads(a.threads)
-    # the same arith train split as the rlx run (same task config)
-    task = build_task(compose_rlx(["task=arith", "task.n_eval=16"]).task)
-    by_prompt = {e.prompt: e for e in task.train}
-
-    def arith_reward(prompts, completions, **_):
-        """rlx's task scoring (parses text) for TRL's reward-function interface."""
-        return task.total_reward(task.score([by_prompt[p] for p in prompts], completions))
-
-    gen_s: list[tuple[float, float]] = []  # (wall, process CPU) seconds
-    lens: list[float] = []
-    step_s: list[tuple[float, float]] = []
-
-    class TimedGRPOTrainer(GRPOTrainer):
-        """Times its own generation phase (sampling + rewards + advantages) by calling the parent's."""
-
-        def _generate_and_score_completions(self, inputs):
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = super()._generate_and_score_completions(inputs)
-            if self.model.training:
-                gen_s.append((time.perf_counter() - t0, time.process_time() - c0))
-                lens.append(out["completion_mask"].sum(1).float().mean().item())
-            return out
-
-    class StepTimer(TrainerCallback):
-        """One optimizer step: generation, loss, backward, clip, optimizer and scheduler step."""
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.t0, self.c0 = time.perf_counter(), time.process_time()
-
-        def on_step_end(self, args, state, control, **kw):
-            step_s.append((time.perf_counter() - self.t0, time.process_time() - self.c0))
-
-    tok = AutoTokenizer.from_pretrained(a.model_dir, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=DTYPES[a.dtype], local_files_only=True)
-    n = PROMPTS_PER_STEP * GROUP_SIZE
-    args = GRPOConfig(
-        output_dir=str(Path(a.work) / "trl_out"), use_cpu=True, bf16=False, fp16=False,
-        gradient_checkpointing=False, per_device_train_batch_size=n, gradient_accumulation_steps=1,
-        num_generations=GROUP_SIZE, generation_batch_size=n, num_iterations=1, max_completion_length=a.max_new,
-        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, loss_type="grpo", scale_rewards="group",
-        epsilon=0.2, learning_rate=LR, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
-        max_steps=a.steps, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
-        log_completions=False, seed=SEED, dataloader_num_workers=0,
-        use_vllm=a.trl_vllm, vllm_mode="colocate",
-    )
-    trainer = TimedGRPOTrainer(
-        model=model, reward_funcs=arith_reward, args=args, processing_class=tok,
-        train_dataset=Dataset.from_dict({"prompt": [e.prompt for e in task.train]}),
-        peft_config=LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_TARGETS,
-                               task_type="CAUSAL_LM"),
-        callbacks=[StepTimer()],
-    )
-    trainer.train()
-    if not (len(step_s) == len(gen_s) == a.steps):
-        raise RuntimeError(f"TRL timing: {len(step_s)} steps, {len(gen_s)} generations, expected {a.steps}")
-    steps = [{"step": i + 1, "step_s": s, "gen_s": g, "train_s": s - g, "mean_len": n_,
-              "step_cpu": sc, "gen_cpu": gc, "train_cpu": sc - gc}
-             for i, ((s, sc), (g, gc), n_) in enumerate(zip(step_s, gen_s, lens))]
-    return {"steps": steps}
+    if not (len(cpu_step) == len(cpu_train) == len(steps)):
+        raise RuntimeError(f"rlx timing: {len(steps)} steps logged, {len(cpu_step)} rl_step and "
+                           f"{len(cpu_train)} update calls timed")
+    for s, c, t in zip(steps, cpu_step, cpu_train):
+        s.update(step_cpu=c, gen_cpu=c - t, train_cpu=t)
+    return {"steps": steps, "prompts": prompts, **rss.report()}
