@@ -1,8 +1,9 @@
 """Atomic, verified checkpoints: `ckpt/step_N/` appears only once complete, and is loaded only if intact.
 
-A checkpoint is `ckpt/step_N/` holding the PEFT adapter (`adapter/`), `trainer_state.pt` (optimizer,
-scheduler, RNGs, data position, step, run id, ...) and `manifest.json` (size and sha256 of every other
-file in the step dir).
+A checkpoint is `ckpt/step_N/` holding the PEFT adapter (`adapter/`; with model.finetune=full the whole
+model instead: `model/model.safetensors` + `model/config.json`, a directory transformers loads),
+`trainer_state.pt` (optimizer, scheduler, RNGs, data position, step, run id, ...) and `manifest.json`
+(size and sha256 of every other file in the step dir).
 
 Saving (`Checkpointer.save`):
   * refuses trainable parameters that are not finite (`NonFiniteError` naming the parameter and the
@@ -43,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlx.checkpoint_weights import MODEL, is_lora, load_full, write_weights
 from rlx.device import rng_state, set_rng_state  # noqa: F401  (RNG of every device, re-exported)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -162,7 +164,7 @@ def verify(path: Path) -> dict:
                 raise ValueError(f"entry of {rel!r} has no size and sha256")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CorruptCheckpointError(path, MANIFEST, f"is corrupt: {e}") from None
-    for need in (STATE, ADAPTER):
+    for need in (STATE, ADAPTER if MODEL not in files else MODEL):
         if need not in files:
             raise CorruptCheckpointError(path, MANIFEST, f"is corrupt: it does not list {need}")
     for rel, want in files.items():
@@ -202,16 +204,17 @@ def read_state(path: Path) -> dict:
     return decode_state(raw)
 
 
-def read_adapter(path: Path) -> dict:
+def read_adapter(path: Path, rel: str = ADAPTER) -> dict:
+    """The tensors of the safetensors file `rel` of a step dir (the adapter, or MODEL for a full model)."""
     from safetensors.torch import load_file
 
-    f = Path(path) / ADAPTER
+    f = Path(path) / rel
     if not f.is_file():
-        raise CorruptCheckpointError(path, ADAPTER, "is missing")
+        raise CorruptCheckpointError(path, rel, "is missing")
     try:
         return load_file(str(f))
     except Exception as e:  # SafetensorError: bad header, truncated data, ...
-        raise CorruptCheckpointError(path, ADAPTER, f"is corrupt: unreadable safetensors ({type(e).__name__}: {e})") from None
+        raise CorruptCheckpointError(path, rel, f"is corrupt: unreadable safetensors ({type(e).__name__}: {e})") from None
 
 
 def non_finite_params(model, weights: dict | None = None) -> list[tuple[str, int]]:
@@ -280,7 +283,7 @@ class Checkpointer:
         final = self.root / f"step_{step}"
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{step}-", dir=self.root))
         try:
-            model.save_pretrained(tmp / "adapter", state_dict=weights)
+            write_weights(tmp, model, weights)
             torch.save(encoded, tmp / STATE)
             write_manifest(tmp, step)
             if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
@@ -301,14 +304,23 @@ class Checkpointer:
 
     @staticmethod
     def load(path: Path, model) -> dict:
-        """Verify `path`, read its trainer state (safely) and adapter, then load the adapter into `model` in
-        place and return the trainer state. Raises CorruptCheckpointError (model untouched) if anything is off."""
+        """Verify `path`, read its trainer state (safely) and adapter (full model), then load it into `model`
+        in place and return the trainer state. Raises CorruptCheckpointError (model untouched) if anything is
+        off, ValueError if it holds the other kind of weights (adapter vs full model) than `model` trains."""
         from peft import set_peft_model_state_dict
 
         path = Path(path)
-        verify(path)
+        files = verify(path)["files"]
+        full = MODEL in files
+        if full == is_lora(model):
+            held, want = ("the full model", "lora") if full else ("a LoRA adapter", "full")
+            raise ValueError(f"checkpoint {path} holds {held} but this run trains model.finetune={want}: "
+                             f"resume it with the model.finetune it was written with, or start a new run")
         state = read_state(path)
-        weights = read_adapter(path)
+        weights = read_adapter(path, MODEL if full else ADAPTER)
+        if full:
+            load_full(path, model, weights)
+            return state
         res = set_peft_model_state_dict(model, weights)
         if getattr(res, "unexpected_keys", None):
             raise RuntimeError(f"checkpoint {path}: unexpected adapter keys {res.unexpected_keys[:5]}")

@@ -75,6 +75,11 @@ class ModelConfig:
     # render every prompt (string prompts as one user message) through the tokenizer's chat template
     # with the generation prompt; false: only chat `messages` prompts are rendered
     chat_prompts: bool = False
+    # lora (frozen base + PEFT adapters; model.lora.*) | full (every base weight trains, model.lora.* is
+    # ignored; no quant format or extrapolation; docs/models.md "Full fine-tuning")
+    finetune: str = "lora"
+    # recompute each decoder layer in the backward instead of keeping its activations (lora and full)
+    gradient_checkpointing: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

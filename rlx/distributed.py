@@ -198,7 +198,7 @@ class DataParallel:
             return
         lm = causal_lm(policy)
         inside = {id(q) for q in lm.model.parameters()}
-        # trainable tensors outside the decoder (a trainable head) are summed by hand after backward
+        # trainable tensors outside the decoder (a trainable head: full fine-tuning) are reduced by hand
         self._extra = [q for q in policy.parameters() if q.requires_grad and id(q) not in inside]
         if strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel
@@ -239,11 +239,12 @@ class DataParallel:
         return nullcontext()
 
     def reduce_grads(self) -> None:
-        """Sum the gradients DDP/FSDP do not see (trainable tensors outside the decoder)."""
+        """Reduce the gradients DDP/FSDP do not see (trainable tensors outside what they wrap) as they
+        reduce theirs: the mean over ranks of the loss_scale-scaled gradients, i.e. their sum unscaled."""
         for q in self._extra:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
-            self.world.all_reduce(q.grad)
+            self.world.all_reduce(q.grad).div_(self.loss_scale)
 
     def reduce_stats(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
         """Sums and maxes of per-rank statistics over ranks (metric accumulators, token counts)."""

@@ -27,6 +27,7 @@ from rlx.rollout.schedule import check_schedule_config
 def check(cfg) -> D.Trainer:
     """Every value the loop needs, checked before any model is built (naming the key)."""
     check_values(cfg)
+    check_finetune(cfg, dist.launched_world_size())
     check_distributed(cfg, dist.launched_world_size())
     A.check_config(cfg.algo)
     build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
@@ -48,6 +49,39 @@ def check(cfg) -> D.Trainer:
     trainer = D.resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     check_engine(cfg)
     return trainer
+
+
+def check_finetune(cfg, world_size: int = 1) -> None:
+    """model.finetune, and what full fine-tuning cannot do: the knobs that need a LoRA adapter or a frozen
+    (quantized) base, and FSDP over N ranks (its layer shards would sit beside whole embeddings and head,
+    which the gradient clip and the engines' head cannot mix). model.lora.* is ignored with full (the
+    model groups set it), not refused."""
+    from rlx.models import FINETUNE
+
+    m = cfg.model
+    if m.finetune not in FINETUNE:
+        raise ValueError(f"model.finetune: '{m.finetune}' is not one of {list(FINETUNE)}")
+    if m.finetune != "full":
+        return
+    for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (a quantized base is frozen: "
+                                                    f"only a LoRA adapter trains on it)"),
+                      (cfg.extrapolation.type != "none", f"extrapolation.type={cfg.extrapolation.type} (NExt and "
+                                                         f"the linear baseline extend the LoRA adapter's rank-1 records)"),
+                      (cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sync == "adapter",
+                       "rollout.vllm.sync=adapter (there is no adapter to serve; sync=auto reloads every weight)"),
+                      (world_size > 1 and cfg.trainer.strategy == "fsdp", f"trainer.strategy=fsdp on {world_size} "
+                       f"ranks (only the decoder layers are sharded; use trainer.strategy=ddp)")):
+        if bad:
+            raise ValueError(f"model.finetune=full with {what} is not supported; use model.finetune=lora, or "
+                             f"turn it off")
+
+
+def check_shared_prefix(cfg) -> None:
+    """algo.shared_prefix feeds the prompt's KV cache to its completions; transformers' gradient
+    checkpointing drops every cache in training, so the completions would not see their prompt."""
+    if cfg.algo.shared_prefix and cfg.model.get("gradient_checkpointing", False):
+        raise ValueError("algo.shared_prefix=true with model.gradient_checkpointing=true: checkpointed layers drop "
+                         "the prompt's KV cache the completions attend to; turn one of them off")
 
 
 def check_distributed(cfg, world_size: int) -> None:

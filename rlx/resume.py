@@ -50,7 +50,8 @@ def resume(p, found: tuple | None) -> None:
 RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.log_every", "train.progress",
                      "train.resume", "train.fail_at_step", "train.fail_rank", "logger.", "trainer.threads", "trainer.device",
                      "trainer.dist_timeout_s",
-                     "model.cache_dir", "paper")
+                     "model.cache_dir", "paper",
+                     "model.gradient_checkpointing")  # memory only: the recomputed forward gives bitwise the same grads
 
 
 def config_changes(saved: dict | None, cfg) -> list[str]:

@@ -38,7 +38,7 @@ from rlx.config import register_configs
 from rlx.evaluation import evaluate
 from rlx.extrapolation import build_extrapolator
 from rlx.logging import NullLogger, RunLogger, read_metrics, say, write_text_atomic
-from rlx.models import base_dir, build_policy, count_params
+from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
 from rlx.resume import resume, save
@@ -84,6 +84,7 @@ class Parts:
     t_run: float = field(default_factory=time.time)
     wall_offset: float = 0.0
     completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
+    ref_policy: torch.nn.Module | None = None  # full fine-tuning with algo.beta > 0: the frozen reference copy
 
     def compute_now(self) -> dict:
         """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
@@ -107,6 +108,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
             policy, tok = build_policy(cfg, task, _log, trainer.device)
         world.barrier()
     D.seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
+    ref_policy = reference_policy(cfg, policy)  # of the base as built: before a checkpoint is loaded
     # the newest intact checkpoint's adapter, loaded into the whole module (before FSDP shards it); the
     # rest of its state is restored by `resume` once everything is built
     found = ckpt.load_latest(policy, _log) if cfg.train.resume == "auto" else None
@@ -120,7 +122,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
               extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps),
               curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
-              n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp)
+              n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp, ref_policy=ref_policy)
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
@@ -204,7 +206,8 @@ def rl_step(p: Parts, step: int) -> dict:
     t_train = time.time()
     train_noise = p.noise if cfg.noise.apply_in_train_forward else None
     um, trained_tokens = A.update(p.policy, p.opt, p.sched, shaped.batch, shaped.rewards, cfg,
-                                  trainer=p.trainer, step=step, train_noise=train_noise, dp=p.dp)
+                                  trainer=p.trainer, step=step, train_noise=train_noise, dp=p.dp,
+                                  ref_policy=p.ref_policy)
     m.update(um)
     m["timing_s/train"] = time.time() - t_train
     if p.extrap is not None:  # NExt: rank-1 records, maybe a predict-extend jump of the adapter

@@ -41,8 +41,11 @@ class AlgoConfig:
     grad_clip: float = 1.0  # max gradient norm (> 0)
     warmup_steps: int = 0  # linear learning-rate warm-up steps
     mu: int = 1  # optimizer steps per rollout batch
-    micro_batch_size: int = 64  # sequences per forward/backward
+    micro_batch_size: int = 64  # sequences per forward/backward at most
     trim_padding: bool = False  # sort rows by length; each micro-batch computes only its own longest row
-    micro_batch_tokens: int = 0  # > 0: bin rows by length into micro-batches of at most this many padded tokens
+    # > 0: rows sorted by length and binned into micro-batches of at most this many padded tokens, each cut
+    # to its own longest row (0 = fixed blocks of micro_batch_size rows over the batch's full width)
+    micro_batch_tokens: int = 8192
     shared_prefix: bool = False  # run each group's prompt once; its completions attend to its KV cache
-    logprob_chunk: int = 0  # > 0: LM head over this many tokens at a time, no [N, T, V] logits (0 = full)
+    # > 0: LM head over this many tokens at a time, only where the loss reads it: no [N, T, V] logits (0 = all at once)
+    logprob_chunk: int = 1024

@@ -10,6 +10,7 @@ fresh AdamW restored before every call:
   tokens  + algo.micro_batch_tokens (rows binned by length, no all-padding columns)
   shared  + algo.shared_prefix (each prompt once per group)
   lean    all three
+  lean_bf16  lean under trainer.dtype=bf16 autocast (other numerics: not in the default list)
 
 Per setting: wall and process CPU seconds per update (mean over repeats, step 1 of each setting's
 first call dropped as warm-up), the token slots the decoder and the head compute, an estimate of
@@ -41,7 +42,13 @@ SETTINGS = {
     "tokens": {"logprob_chunk": 0, "micro_batch_tokens": 4096, "shared_prefix": False},
     "shared": {"logprob_chunk": 0, "micro_batch_tokens": 0, "shared_prefix": True},
     "lean": {"logprob_chunk": 1024, "micro_batch_tokens": 4096, "shared_prefix": True},
+    "lean_bf16": {"logprob_chunk": 1024, "micro_batch_tokens": 4096, "shared_prefix": True, "dtype": "bf16"},
 }
+DEFAULT_SETTINGS = "plain,chunk,tokens,shared,lean"
+
+
+def _algo(setting: str) -> dict:
+    return {k: v for k, v in SETTINGS[setting].items() if k != "dtype"}
 
 
 def compose(overrides: list[str]):
@@ -97,7 +104,12 @@ def one_update(cfg, policy, batch, rewards, trainer, setting: str) -> tuple[floa
 
     from rlx.algo import update
 
-    c = OmegaConf.merge(cfg, {"algo": SETTINGS[setting]})
+    from dataclasses import replace
+
+    from rlx.device import DTYPES
+
+    c = OmegaConf.merge(cfg, {"algo": _algo(setting)})
+    trainer = replace(trainer, dtype=DTYPES[SETTINGS[setting].get("dtype", "fp32")])
     params = [q for q in policy.parameters() if q.requires_grad]
     saved = [q.detach().clone() for q in params]
     opt = torch.optim.AdamW(params, lr=c.algo.lr)
@@ -117,7 +129,7 @@ def token_slots(cfg, batch, setting: str) -> dict:
 
     from rlx.algo.micro_batches import micro_batches
 
-    a = OmegaConf.merge(cfg.algo, SETTINGS[setting])
+    a = OmegaConf.merge(cfg.algo, _algo(setting))
     dec = att = head = 0
     for mb in micro_batches(batch, a, "cpu", need=batch.loss_mask):
         if mb.shared:
@@ -128,7 +140,8 @@ def token_slots(cfg, batch, setting: str) -> dict:
             n, L = mb.ids.shape
             dec += n * L
             att += n * L * L / 2
-        head += int(mb.need.sum()) if mb.need is not None else len(mb.rows) * mb.T
+        n = mb.ids.shape[0] if mb.ids is not None else mb.completion_ids.shape[0]
+        head += int(mb.need.sum()) if mb.need is not None else n * mb.T
     return {"decoder_tokens": dec, "attn_slot_ctx": att, "head_tokens": head}
 
 
@@ -139,9 +152,7 @@ def flops(policy, slots: dict, chunked: bool) -> float:
     from rlx.models.forward import causal_lm
 
     lm = causal_lm(policy)
-    p_lin = sum(m.weight.numel() for m in lm.model.modules() if isinstance(m, nn.Linear))
-    p_lin += sum(m.base_layer.weight.numel() for m in lm.model.modules() if hasattr(m, "base_layer")
-                 and hasattr(m.base_layer, "weight") and not isinstance(m, nn.Linear))
+    p_lin = sum(m.weight.numel() for m in lm.model.modules() if isinstance(m, nn.Linear))  # bases and adapters
     c = lm.config
     head = 2 * c.vocab_size * c.hidden_size * (3 if chunked else 2)
     return 4 * p_lin * slots["decoder_tokens"] + 12 * c.num_hidden_layers * c.hidden_size * slots["attn_slot_ctx"] \
@@ -166,7 +177,7 @@ def main(argv=None) -> dict:
     p.add_argument("--micro", type=int, default=4, help="algo.micro_batch_size (rows)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--settings", default=",".join(SETTINGS))
+    p.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"comma-separated, from {list(SETTINGS)}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--mem", action="store_true", help="also the peak RSS of each setting (a fresh process each)")
     p.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")

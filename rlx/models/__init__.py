@@ -1,4 +1,5 @@
-"""Policy construction: base model (tiny SFT-cached or a local HF path) -> [quantized] -> LoRA."""
+"""Policy construction: base model (tiny SFT-cached or a local HF path) -> [quantized] -> LoRA, or the
+base itself with every weight trainable (model.finetune=full)."""
 
 from __future__ import annotations
 
@@ -118,18 +119,60 @@ def head_dim(cfg) -> int:
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
 
-def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
-    """The one policy model on `device`: frozen [quantized] base + trainable LoRA. The reference
-    policy is the same model with adapters disabled."""
-    model, tok = load_base(cfg, task, log)
-    quantized = cfg.quant.format != "none"
-    if quantized:
-        from rlx import quant
+FINETUNE = ("lora", "full")
 
-        model = quant.quantize_model(model, cfg.quant)
-    torch.manual_seed(cfg.seed)  # LoRA init must not depend on whether the base was just built or loaded
-    model = attach_lora(model, cfg.model.lora, quantized)
+
+def has_lora(model) -> bool:
+    """True for a PEFT (LoRA) policy, False for a fully fine-tuned plain causal LM."""
+    return hasattr(model, "peft_config")
+
+
+def set_gradient_checkpointing(model) -> None:
+    """Recompute every decoder layer in the backward (transformers' checkpointing, non-reentrant).
+    It only acts in train mode, so generation (eval mode) keeps its KV cache. Non-reentrant
+    checkpointing needs no input that requires grad, so it also works on a PEFT model whose frozen
+    embeddings output no grad (reentrant checkpointing would drop the LoRA gradients there)."""
+    lm = causal_lm(model)
+    lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lm.config.use_cache = False  # the training forward caches nothing; generation passes use_cache=True itself
+
+
+def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
+    """The one policy model on `device`. model.finetune=lora: frozen [quantized] base + trainable
+    LoRA, the reference policy is the same model with adapters disabled. model.finetune=full: the
+    plain causal LM with every weight trainable (no PEFT wrapper; `reference_policy` copies it)."""
+    if cfg.model.finetune not in FINETUNE:  # rlx.preflight refuses it first; a direct caller gets the same
+        raise ValueError(f"model.finetune: '{cfg.model.finetune}' is not one of {list(FINETUNE)}")
+    model, tok = load_base(cfg, task, log)
+    if cfg.model.finetune == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+    else:
+        quantized = cfg.quant.format != "none"
+        if quantized:
+            from rlx import quant
+
+            model = quant.quantize_model(model, cfg.quant)
+        torch.manual_seed(cfg.seed)  # LoRA init must not depend on whether the base was just built or loaded
+        model = attach_lora(model, cfg.model.lora, quantized)
+    if cfg.model.gradient_checkpointing:
+        set_gradient_checkpointing(model)
     return model.to(device), tok
 
 
-__all__ = ["base_dir", "head_dim", "build_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]
+def reference_policy(cfg, policy):
+    """The frozen reference of the KL term: with full fine-tuning and algo.beta > 0, a copy of the
+    policy as built (call it before a checkpoint is loaded into the policy, so a resumed run keeps
+    the original base as its reference); None otherwise (LoRA disables its adapters instead, and
+    beta = 0 needs no reference). Costs one more copy of the weights."""
+    if cfg.model.finetune != "full" or cfg.algo.beta <= 0:
+        return None
+    import copy
+
+    ref = copy.deepcopy(policy).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+__all__ = ["base_dir", "head_dim", "build_policy", "has_lora", "reference_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]

@@ -46,8 +46,11 @@ def cache_key(model_cfg, task_cfg) -> str:
     if not m.get("chat_prompts"):
         m.pop("chat_prompts", None)
     m.pop("gguf_file", None)  # the gguf source's key, no part of the tiny model
+    for k in ("finetune", "gradient_checkpointing"):  # how the base is trained by RL, not what it is
+        m.pop(k, None)
     t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     t.pop("eval", None)  # the eval sets do not shape the SFT base (it trains on the training split)
+    t.pop("default_rewards", None)  # the resolved `rewards` is in the key (as before default_rewards existed)
     blob = json.dumps({"v": CACHE_VERSION, "model": m, "task": t}, sort_keys=True)  # model.sft.seed is in m
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -66,7 +66,8 @@ def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
 
 
 def trainable_state(policy) -> dict[str, torch.Tensor]:
-    """Detached copies of the trainable tensors (the LoRA adapter): what changes between versions.  # name -> tensor"""
+    """Detached copies of the trainable tensors (the LoRA adapter; every weight with model.finetune=full):
+    what changes between versions.  # name -> tensor"""
     return {n: q.detach().clone() for n, q in policy.named_parameters() if q.requires_grad}
 
 

@@ -8,7 +8,9 @@ vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement (docs/
 sample with vLLM's plain dense kernels, 2.2x faster than with a LoRA request in every forward.
 `sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is the
 only way for a quantized base (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
-once when the engine starts, and the adapter rides on top; needs a CUDA GPU).
+once when the engine starts, and the adapter rides on top; needs a CUDA GPU). With full fine-tuning
+(model.finetune=full, no adapter) every sync reloads every weight of the policy the same way
+(`full_state_dict`; mode `full`); `sync=adapter` is refused then.
 
 Sampling. One vLLM request per completion, each with its own seed drawn from the caller's torch
 generator, so the same generator state gives the same samples (resume replays them).
@@ -134,6 +136,32 @@ def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     return {k: v.detach().to(dtype) for k, v in out.items()}  # stays on the trainer device
 
 
+def full_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """HF-named weights of a fully fine-tuned policy: every parameter, a tied head once (vLLM ties it
+    to the embeddings itself and skips `lm_head.*` then).  # name -> tensor"""
+    return {n: q.detach().to(dtype) for n, q in causal_lm(policy).named_parameters()}
+
+
+def repack_tied_head(model) -> None:
+    """vLLM's CPU backend packs the LM head's weight for its GEMM when the model loads, and an in-place
+    reload repacks the layers it loads. A tied head is not one of them (its weight is the embedding's,
+    `lm_head.*` is skipped), so after a full-weight sync it sampled with the base's head (SmolLM2: the
+    trainer-vs-vLLM log-prob gap grew from 5e-6 to 5e-3 in 5 steps). Repack it from the new embedding."""
+    head = getattr(model, "lm_head", None)
+    if head is not None and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        head.quant_method.process_weights_after_loading(head)
+
+
+def sync_mode(sync: str, quant_format: str, lora: bool) -> str:
+    """How weights reach the engine: merged | adapter (LoRA, see the module docstring) | full."""
+    if not lora:
+        if sync == "adapter":
+            raise ValueError("rollout.vllm.sync=adapter with model.finetune=full: there is no adapter to serve; "
+                             "use rollout.vllm.sync=auto (full weights are reloaded at every sync)")
+        return "full"
+    return sync if sync != "auto" else ("adapter" if quant_format != "none" else "merged")
+
+
 class VLLMEngine(RolloutEngine):
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -157,7 +185,7 @@ class VLLMEngine(RolloutEngine):
         hf_cfg = json.loads((Path(base_dir) / "config.json").read_text())
         limit = int(hf_cfg.get("max_position_embeddings", 2048))
         max_model_len = int(cfg.vllm.max_model_len) or min(limit, max_len or limit)
-        self.mode = cfg.vllm.sync if cfg.vllm.sync != "auto" else ("adapter" if quant_format != "none" else "merged")
+        self.mode = sync_mode(cfg.vllm.sync, quant_format, lora=hasattr(policy, "peft_config"))
         self._tmp = tempfile.mkdtemp(prefix="rlx-vllm-")  # adapters (and a quantized export) live here
         serve_dir = base_dir
         if quant_format != "none":  # vLLM serves rlx's NVFP4 export: compressed-tensors, weight-only
@@ -206,7 +234,10 @@ class VLLMEngine(RolloutEngine):
             self.sleeping = True
 
     def export_weights(self, policy):
-        """Trainer side: merged weights (sync=merged) or a freshly saved adapter directory (sync=adapter)."""
+        """Trainer side: merged weights (sync=merged), every weight (full fine-tuning) or a freshly saved
+        adapter directory (sync=adapter)."""
+        if self.mode == "full":
+            return full_state_dict(policy, self.dtype)
         if self.mode == "merged":
             return merged_state_dict(policy, self.dtype)
         self._n_adapters += 1
@@ -216,8 +247,10 @@ class VLLMEngine(RolloutEngine):
 
     def load_weights(self, payload, version: int) -> None:
         self._wake()
-        if self.mode == "merged":
+        if self.mode != "adapter":  # merged or full: weights reloaded in place
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(payload.items())})
+            if self.mode == "full":  # the embedding changed: so did a tied head
+                repack_tied_head(self.model)
         else:  # a fresh LoRA id per sync (vLLM caches adapters by id); requests in flight keep theirs
             from vllm.lora.request import LoRARequest
 
@@ -276,11 +309,11 @@ class VLLMEngine(RolloutEngine):
 
     def _run(self, requests, params) -> list:
         """vLLM's engine loop, one scheduler step at a time, so that `between_steps` can reload weights
-        between two steps (in-flight update, sync=merged); outputs in request order."""
+        between two steps (in-flight update, sync=merged or full); outputs in request order."""
         self.llm.enqueue(requests, params, lora_request=self.lora_request, use_tqdm=False)
         engine, done = self.llm.llm_engine, {}
         while engine.has_unfinished_requests():
-            if self.between_steps is not None and self.mode == "merged":
+            if self.between_steps is not None and self.mode != "adapter":
                 self.between_steps()
             for o in engine.step():
                 if o.finished:

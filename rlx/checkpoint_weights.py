@@ -1,0 +1,49 @@
+"""The weights file of a checkpoint step dir (rlx.checkpoint writes and verifies the rest): the PEFT
+adapter (`adapter/`, PEFT's format) or, with model.finetune=full, every parameter of the policy in
+`model/model.safetensors` beside its `config.json` -- a directory `AutoModelForCausalLM.from_pretrained`
+loads. Tied parameters (SmolLM2's head is its embedding) are stored once, under the name
+`named_parameters` gives them, as transformers does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+MODEL = "model/model.safetensors"  # model.finetune=full: every weight of the policy
+
+
+def is_lora(model) -> bool:
+    from rlx.models import has_lora  # lazily: verifying a checkpoint needs no transformers
+
+    return has_lora(model)
+
+
+def write_weights(out: Path, model, weights: dict | None = None) -> None:
+    """The policy's trainable weights under `out` (a step dir being written): the PEFT adapter, or with
+    full fine-tuning every parameter (tied ones once) in MODEL beside the model's config.json.
+    `weights`: whole tensors by parameter name, when the module holds FSDP shards."""
+    if is_lora(model):
+        model.save_pretrained(out / "adapter", state_dict=weights)
+        return
+    from safetensors.torch import save_file
+
+    named = weights if weights is not None else dict(model.named_parameters())  # named_parameters: tied once
+    (out / MODEL).parent.mkdir(parents=True)
+    save_file({n: q.detach().contiguous().cpu() for n, q in named.items()}, str(out / MODEL), metadata={"format": "pt"})
+    model.config.to_json_file((out / MODEL).parent / "config.json")
+
+
+@torch.no_grad()
+def load_full(path: Path, model, weights: dict) -> None:
+    """Copy a full checkpoint's `weights` into `model`'s parameters; every name and shape is checked
+    before the first copy, so a checkpoint of another model leaves `model` untouched."""
+    params = dict(model.named_parameters())
+    missing, unexpected = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
+    wrong = [n for n in set(params) & set(weights) if params[n].shape != weights[n].shape]
+    if missing or unexpected or wrong:
+        raise ValueError(f"checkpoint {path}: {MODEL} is not of this model (missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]}, other shapes {wrong[:3]}); was it written with another model config?")
+    for n, q in params.items():
+        q.copy_(weights[n])
