@@ -30,6 +30,7 @@ def check(cfg) -> D.Trainer:
     check_finetune(cfg, dist.launched_world_size())
     check_distributed(cfg, dist.launched_world_size())
     A.check_config(cfg.algo)
+    check_shared_prefix(cfg)
     build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
     build_extrapolator(cfg.extrapolation, cfg.train.steps)
     for key in ("eval_every", "ckpt_every", "log_every"):
