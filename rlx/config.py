@@ -195,11 +195,12 @@ class TrainerConfig:
     """Where and how the trainer computes: `device` auto | cpu | cuda, `dtype` fp32 | bf16.
 
     bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32).
-    `threads` sets torch's intra-op threads (0 => torch's default: every core)."""
+    `threads` sets torch's intra-op threads: -1 (default) one per core that other processes leave free,
+    re-measured every RL step (rlx.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "fp32"  # fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)
-    threads: int = 0  # torch intra-op threads (0 = every core)
+    threads: int = -1  # torch intra-op threads: -1 = the free cores, re-measured each step; 0 = every core; N
     strategy: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)
     dist_timeout_s: float = 600.0  # under torchrun: a collective that waits longer ends the run
 

@@ -50,8 +50,9 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> Trainer:
         raise ValueError(f"trainer.dist_timeout_s must be > 0, got {cfg.dist_timeout_s}")
     if cfg.dtype not in DTYPES:
         raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {sorted(DTYPES)}")
-    if cfg.threads < 0:
-        raise ValueError(f"trainer.threads must be >= 0 (0 = torch's default), got {cfg.threads}")
+    if cfg.threads < -1:
+        raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.threads), 0 (torch's default) "
+                         f"or N >= 1, got {cfg.threads}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     return Trainer(torch.device(dev), DTYPES[cfg.dtype], world_size)

@@ -45,11 +45,13 @@ from rlx.resume import resume, save
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.schedule import build_schedule
 from rlx.tasks import build_task
+from rlx.threads import ThreadGovernor
 
 register_configs()
 
-# metrics that measure time; everything else in metrics.jsonl is a deterministic function of the seed
-TIMING_PREFIXES = ("timing_s/", "perf/tokens_per_s", "perf/compute/gpu_hours", "extrap/time_s/")
+# metrics that measure time or the machine's load; everything else in metrics.jsonl is a deterministic
+# function of the seed
+TIMING_PREFIXES = ("timing_s/", "perf/tokens_per_s", "perf/compute/gpu_hours", "extrap/time_s/", "perf/threads")
 
 
 _log = say  # under Hydra: its job logging (the console and <run_dir>/train.log); called directly: stdout
@@ -233,14 +235,16 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = check(cfg)  # before any process group or model
+    threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.threads)
     world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
     try:
-        return _run(cfg, run_dir, world, trainer, t_start)
+        return _run(cfg, run_dir, world, trainer, t_start, threads)
     finally:
         dist.close(world)
 
 
-def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, t_start: float) -> dict:
+def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, t_start: float,
+         threads: ThreadGovernor | None = None) -> dict:
     p = build(cfg, run_dir, world, trainer)
     if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json
         logger = RunLogger(cfg, run_dir, p.run_id, p.start_step if p.start_step > 0 else None,
@@ -268,7 +272,10 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, 
             if step == cfg.train.fail_at_step and cfg.train.fail_rank in (-1, world.rank):
                 raise RuntimeError(f"train.fail_at_step={step}: forced failure on rank {world.rank} (testing aid)")
             t_step = time.time()
+            n_threads = threads.tick() if threads is not None else None  # other jobs may have started or ended
             m = rl_step(p, step)
+            if n_threads is not None:
+                m["perf/threads"] = n_threads
             if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
                 t0 = time.time()
                 m.update(evaluate(p, step))

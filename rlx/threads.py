@@ -1,0 +1,84 @@
+"""torch's CPU threads sized to the cores that are free (`trainer.threads=-1`, the default).
+
+On a machine shared with other jobs, torch's default (one OpenMP thread per core) makes every op
+wait at a barrier for a thread that the kernel has descheduled to run the other job: on 2 cores with
+one busy process, the default experiment went from ~0.2 s to 7-26 s per step (docs/threads.md).
+One thread per *free* core avoids that and keeps the idle speed. The free cores are measured, not
+guessed: /proc/stat gives the busy time of all processes, /proc/self/stat this process's own, and
+their difference over the last interval is what the others used. `tick()` re-measures between RL
+steps, so a job that starts or ends mid-run changes the count at the next step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+_CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _busy_s() -> float | None:
+    """Seconds of CPU time all processes have used since boot (summed over cores), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / _CLK  # user nice system idle iowait irq softirq steal
+
+
+def _own_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class ThreadGovernor:
+    """Sets torch.set_num_threads to the cores the other processes left free over the last interval."""
+
+    def __init__(self, cores: int | None = None, busy=_busy_s, own=_own_s, clock=time.monotonic):
+        self.cores = cores or _cores()
+        self.threads = torch.get_num_threads()
+        self._busy_s, self._own_s, self._clock = busy, own, clock  # the counters (tests pass their own)
+        self._mark()
+
+    def _mark(self) -> None:
+        self._t, self._busy, self._own = self._clock(), self._busy_s(), self._own_s()
+
+    def others(self) -> float | None:
+        """Cores the other processes kept busy since the last mark (None off Linux or too soon)."""
+        dt = self._clock() - self._t
+        busy = self._busy_s()
+        if busy is None or self._busy is None or dt < 0.05:
+            return None
+        return max(0.0, (busy - self._busy) - (self._own_s() - self._own)) / dt
+
+    def tick(self) -> int:
+        """Re-measure and set the thread count; returns it."""
+        others = self.others()
+        if others is not None:
+            # a core counts as taken when another process kept it busy more than 60% of the interval
+            free = self.cores - int(others + 0.4)
+            want = max(1, min(self.cores, free))
+            if want != self.threads:
+                torch.set_num_threads(want)
+                self.threads = want
+        self._mark()
+        return self.threads
+
+    @classmethod
+    def started(cls, sample_s: float = 0.3) -> "ThreadGovernor":
+        """A governor whose first count comes from a short sample of the machine now."""
+        g = cls()
+        time.sleep(sample_s)
+        g.tick()
+        return g

@@ -1,0 +1,72 @@
+"""trainer.threads=-1: one torch thread per core the other processes leave free (rlx.threads)."""
+
+import pytest
+import torch
+
+from rlx.threads import ThreadGovernor
+
+
+class Counters:
+    """A fake machine: wall clock, all processes' CPU seconds, this process's CPU seconds."""
+
+    def __init__(self):
+        self.t = self.busy = self.own = 0.0
+
+    def run(self, seconds: float, ours: float, others: float):  # cores busy during `seconds`
+        self.t += seconds
+        self.own += ours * seconds
+        self.busy += (ours + others) * seconds
+
+
+@pytest.fixture
+def restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("others,want", [
+    (0.0, 4),  # idle: every core
+    (0.5, 4),  # another job using half a core leaves it ours more often than not
+    (1.0, 3),  # one busy process takes a core
+    (2.7, 1),  # 0.7 of a core counts as taken: 4 - 3
+    (9.0, 1),  # never fewer than one
+])
+def test_threads_follow_the_free_cores(others, want, restore_threads):
+    c = Counters()
+    g = ThreadGovernor(cores=4, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t)
+    c.run(2.0, ours=1.0, others=others)  # our own work (spinning threads included) is not "others"
+    assert g.others() == pytest.approx(others)
+    assert g.tick() == want == torch.get_num_threads()
+
+
+def test_a_job_that_ends_gives_its_core_back(restore_threads):
+    c = Counters()
+    g = ThreadGovernor(cores=2, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t)
+    c.run(1.0, ours=1.0, others=1.0)
+    assert g.tick() == 1
+    c.run(1.0, ours=1.0, others=0.0)  # measured over the interval since the last tick only
+    assert g.tick() == 2
+
+
+def test_no_counters_keeps_the_count(restore_threads):
+    torch.set_num_threads(1)
+    g = ThreadGovernor(cores=2, busy=lambda: None)  # not Linux: nothing to measure
+    assert g.others() is None and g.tick() == 1
+
+
+def test_real_counters_give_a_count_within_the_cores(restore_threads):
+    g = ThreadGovernor.started(sample_s=0.2)
+    assert 1 <= g.threads == torch.get_num_threads() <= g.cores
+    others = g.others()
+    assert others is None or others >= 0.0
+
+
+def test_threads_below_minus_one_are_refused():
+    from omegaconf import OmegaConf
+
+    from rlx.config import TrainerConfig
+    from rlx.device import resolve
+
+    with pytest.raises(ValueError, match="trainer.threads"):
+        resolve(OmegaConf.structured(TrainerConfig(device="cpu", threads=-2)))
