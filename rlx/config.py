@@ -121,6 +121,9 @@ class TaskConfig:
     # file task: local .jsonl / .json / .parquet / .csv files or datasets save_to_disk directories
     train_path: Optional[str] = None  # file: training split
     eval_path: Optional[str] = None  # file: held-out split
+    # file: carve the held-out split out of train_path instead (eval_path null): the `holdout` distinct
+    # questions of smallest sha256(task.seed, question text), disjoint from train (docs/data.md); 0 = off
+    holdout: int = 0
     question_field: str = "question"  # file: column holding the prompt (a string, or chat messages)
     answer_field: str = "answer"  # file: column holding the gold answer
     prompt_template: str = "{question}"  # file: prompt text of a string prompt, {question} is replaced

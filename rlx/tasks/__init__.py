@@ -1,7 +1,7 @@
 """Tasks: synthetic generators and local-file datasets, chosen by `task.name`."""
 
 from rlx.tasks.base import Example, Task
-from rlx.tasks.files import FileTask
+from rlx.tasks.files import FileTask, check_paths
 from rlx.tasks.rewards import REWARDS, register_reward
 from rlx.tasks.synthetic import Arith, KeyedRules, Multiply
 from rlx.tasks.user_rewards import check_reward_specs
@@ -12,11 +12,14 @@ FILE_TASKS = ("file", "jsonl")
 
 
 def check_task_config(cfg) -> None:
-    """What can be checked of task.* without reading data: the task name and every reward entry
-    (registered, or an importable function with TRL's signature). Called before any model is built."""
+    """What can be checked of task.* without reading data: the task name, every reward entry
+    (registered, or an importable function with TRL's signature) and a file task's paths. Called before
+    any model is built."""
     if cfg.name not in TASKS:
         raise ValueError(f"task.name: unknown task '{cfg.name}'; registered: {sorted(TASKS)}")
     check_reward_specs(cfg.rewards)
+    if cfg.name in FILE_TASKS:
+        check_paths(cfg)  # the data files exist (not read yet), task.holdout fits task.eval_path / task.n_eval
 
 
 def build_task(cfg) -> Task:

@@ -6,10 +6,14 @@ chat `messages` list ([{"role": "user", "content": ...}, ...]), which the model'
 with its chat template (`Task.render_chat`, called before the model is built). `task.answer_field`
 names the gold answer (optionally cut out with `task.answer_regex`). Every column but the prompt
 goes to import-path reward functions as a keyword argument (rlx.tasks.user_rewards).
+
+`task.holdout=N` (with `task.eval_path` null) carves the held-out split out of `task.train_path`: the N
+distinct questions whose sha256(task.seed, question text) is smallest, disjoint from the training rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -86,7 +90,8 @@ def read_rows(path: str | Path) -> list[dict]:
                              f"(no dataset_info.json / dataset_dict.json)")
         rows = _read_saved_dataset(p)
     elif not p.is_file():
-        raise FileNotFoundError(f"task: data file not found: {p}")
+        where = "" if p.is_absolute() else f" (= {p.resolve()}, relative to the working directory)"
+        raise FileNotFoundError(f"task: data file not found: {p}{where}")
     elif p.suffix.lower() not in READERS:
         raise ValueError(f"task: {p}: unsupported format '{p.suffix}'; use one of {list(FORMATS)} or a "
                          f"datasets save_to_disk directory")
@@ -109,11 +114,12 @@ def _messages(value, where: str) -> list[dict] | None:
     return [{"role": m["role"], "content": m["content"]} for m in value]
 
 
-def load_split(path: str | None, spec, what: str = "task.train_path") -> list[Example]:
-    """Examples of one split. `spec` carries question_field, answer_field, answer_regex, prompt_template."""
+def _checked_rows(path: str | None, spec, what: str) -> tuple[Path, list[dict]]:
+    """The rows of one split's file, each holding the question and answer columns (else: which row lacks which)."""
     if not path:
         raise ValueError(f"{what} is not set: a file task needs task.train_path and task.eval_path "
-                         f"(local {'/'.join(FORMATS)} files or a datasets save_to_disk directory)")
+                         f"(local {'/'.join(FORMATS)} files or a datasets save_to_disk directory), or "
+                         f"task.train_path and task.holdout")
     p = Path(path).expanduser()
     rows = read_rows(p)
     for f, key in ((spec.question_field, "question_field"), (spec.answer_field, "answer_field")):
@@ -121,9 +127,14 @@ def load_split(path: str | None, spec, what: str = "task.train_path") -> list[Ex
         if missing is not None:
             raise ValueError(f"task.{key}: column '{f}' is not in row {missing} of {p} "
                              f"(its columns: {sorted(rows[missing])})")
+    return p, rows
+
+
+def _examples(p: Path, indexed: list[tuple[int, dict]], spec) -> list[Example]:
+    """(row index in the file, row) pairs -> Examples keyed `<file name>:<row index>`."""
     pattern = re.compile(spec.answer_regex, re.S) if spec.answer_regex else None
     out = []
-    for i, row in enumerate(rows):
+    for i, row in indexed:
         raw = str(row[spec.answer_field])
         answer = raw
         if pattern is not None:
@@ -140,15 +151,82 @@ def load_split(path: str | None, spec, what: str = "task.train_path") -> list[Ex
     return out
 
 
+def check_paths(cfg) -> None:
+    """A file task's data files exist and task.holdout fits its other keys: checked before any model is
+    built (the files are read only when the task is)."""
+    holdout = cfg.get("holdout", 0)
+    if holdout < 0:
+        raise ValueError(f"task.holdout must be >= 0 (0 = the held-out split is task.eval_path), got {holdout}")
+    if holdout and cfg.eval_path:
+        raise ValueError(f"task.holdout={holdout} carves the held-out split out of task.train_path, but "
+                         f"task.eval_path is set too ({cfg.eval_path}); set task.eval_path=null or task.holdout=0")
+    if holdout and cfg.n_eval > holdout:
+        raise ValueError(f"task.n_eval={cfg.n_eval} exceeds task.holdout={holdout}, the held-out questions carved "
+                         f"out of task.train_path")
+    paths = {"task.train_path": cfg.train_path, **({} if holdout else {"task.eval_path": cfg.eval_path})}
+    paths.update({f"task.eval.{name}.path": spec.path for name, spec in (cfg.get("eval") or {}).items() if spec.path})
+    for key, path in paths.items():
+        if not path:
+            raise ValueError(f"{key} is not set: a file task needs task.train_path and task.eval_path (local "
+                             f"{'/'.join(FORMATS)} files or a datasets save_to_disk directory), or task.train_path "
+                             f"and task.holdout")
+        p = Path(path).expanduser()
+        if not p.exists():
+            where = "" if p.is_absolute() else f" (= {p.resolve()}, relative to the working directory)"
+            raise FileNotFoundError(f"{key}: data file not found: {p}{where}")
+
+
+def load_split(path: str | None, spec, what: str = "task.train_path") -> list[Example]:
+    """Examples of one split. `spec` carries question_field, answer_field, answer_regex, prompt_template."""
+    p, rows = _checked_rows(path, spec, what)
+    return _examples(p, list(enumerate(rows)), spec)
+
+
+def question_text(q) -> str:
+    """What identifies a question: a string prompt with its whitespace runs collapsed, or a chat
+    messages list as canonical JSON (the prompt template is not part of it)."""
+    if isinstance(q, str):
+        return " ".join(q.split())
+    return json.dumps(q, sort_keys=True, ensure_ascii=False)
+
+
+def holdout_rank(text: str, seed: int) -> str:
+    """The question's place in the held-out order: a hash of the seed and the text alone, so a row's
+    membership never depends on the file's order, its other rows, n_train or n_eval."""
+    return hashlib.sha256(f"{seed}:{text}".encode("utf-8")).hexdigest()
+
+
+def carve_holdout(path: str | None, spec, n: int, seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, held-out) from one file: the `n` distinct questions of smallest `holdout_rank` are held
+    out (one row each, its first, in rank order: a smaller n_eval takes a nested subset); train is every
+    row whose question is not held out, in file order, so no question is in both."""
+    p, rows = _checked_rows(path, spec, "task.train_path")
+    first: dict[str, int] = {}  # question text -> its first row
+    for i, row in enumerate(rows):
+        first.setdefault(question_text(row[spec.question_field]), i)
+    if not 0 < n < len(first):
+        raise ValueError(f"task.holdout={n} must be in [1, {len(first) - 1}]: {p} has {len(first)} distinct "
+                         f"questions and training needs at least one")
+    held = sorted(first, key=lambda t: holdout_rank(t, seed))[:n]
+    held_set = set(held)
+    train = [(i, row) for i, row in enumerate(rows) if question_text(row[spec.question_field]) not in held_set]
+    return _examples(p, train, spec), _examples(p, [(first[t], rows[first[t]]) for t in held], spec)
+
+
 class FileTask(Task):
-    """Train and held-out splits from local files (`task.name: file`; `jsonl` is the same task)."""
+    """Train and held-out splits from local files (`task.name: file`; `jsonl` is the same task), or
+    both from one file with `task.holdout` (a deterministic slice carved out of task.train_path)."""
 
     name = "file"
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.train = load_split(cfg.train_path, cfg, "task.train_path")
-        self.eval = load_split(cfg.eval_path, cfg, "task.eval_path")
+        check_paths(cfg)
+        if cfg.get("holdout", 0):
+            self.train, self.eval = carve_holdout(cfg.train_path, cfg, cfg.holdout, cfg.seed)
+        else:
+            self.train = load_split(cfg.train_path, cfg, "task.train_path")
+            self.eval = load_split(cfg.eval_path, cfg, "task.eval_path")
         if cfg.n_train:
             self.train = self.train[: cfg.n_train]
         if cfg.n_eval:
