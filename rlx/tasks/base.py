@@ -10,7 +10,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from rlx.tasks.rewards import REWARDS
+from rlx.tasks.rewards import BATCH, REWARDS
 from rlx.tasks.user_rewards import UserRewards, check_reward_specs, is_import_path, load_reward, required_columns
 
 EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # becomes part of a metric key: val/<name>/acc
@@ -178,6 +178,9 @@ class Task:
         assert len(examples) == len(completions)
         out, kwargs = {}, None
         for spec in self.cfg.rewards:
+            if spec in BATCH:
+                out[spec] = BATCH[spec](list(completions), examples)
+                continue
             if spec in REWARDS:
                 out[spec] = [REWARDS[spec](c, ex) for ex, c in zip(examples, completions)]
                 continue

@@ -11,20 +11,20 @@ per completion. It must accept `completions` and `**kwargs`.
 
 It runs in a spawn worker process, not a thread: a thread cannot be stopped, and code that holds
 the GIL (a big-integer power) would stall the whole loop. Each call is awaited at most
-`task.reward_timeout_s`; past it the worker is killed (restarted on the next call), every completion
+`task.reward_timeout_s` from the moment a ready worker (its imports done) gets it; past it the worker
+is killed (a replacement starts at once, and a second worker takes the next call), every completion
 of that call scores 0 and the timeout is counted (train/reward_timeouts). An exception inside the
 function stops the run with the worker's traceback (a reward bug is never turned into zeros).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import traceback
 
-from rlx.tasks.verify import BoundedWorker, cap_memory
-
-LOAD = "__load__"  # the worker's start-up message: import these functions
+from rlx.tasks.workers import WorkerPool, WorkerSetupError, serve
 PASSED_AS = ("completions", "prompts")  # keyword arguments every call carries besides the dataset's columns
 
 
@@ -139,26 +139,23 @@ def _check_output(out, n: int):
     return values, None
 
 
-def _reward_worker(conn, mem_mb: int) -> None:  # runs in the child process
-    cap_memory(mem_mb)
-    loaded: dict = {}
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        spec, kwargs = msg
-        try:
-            if spec == LOAD:  # start-up: import every function once (the caller waits longer for this)
-                for s in kwargs:
-                    loaded[s] = load_reward(s)
-                conn.send(("ok", None))
-                continue
-            if spec not in loaded:
-                loaded[spec] = load_reward(spec)
-            values, problem = _check_output(loaded[spec](**kwargs), len(kwargs["completions"]))
-            conn.send(("ok", values) if problem is None else ("bad", problem))
-        except Exception:  # the user's bug: its traceback goes back to the run, which stops
-            conn.send(("raised", traceback.format_exc()))
+def _load_all(specs: list[str]):
+    """The worker's set-up: import every function once (before it says it is ready)."""
+    return {s: load_reward(s) for s in specs}
+
+
+def _call(loaded: dict, msg):
+    """One batch call in the worker: ("ok", values) | ("bad", what is wrong) | ("raised", traceback)."""
+    spec, kwargs = msg
+    try:
+        values, problem = _check_output(loaded[spec](**kwargs), len(kwargs["completions"]))
+        return ("ok", values) if problem is None else ("bad", problem)
+    except Exception:  # the user's bug: its traceback goes back to the run, which stops
+        return "raised", traceback.format_exc()
+
+
+def _reward_worker(conn, mem_mb: int, specs: list[str]) -> None:  # runs in the child process
+    serve(conn, mem_mb, functools.partial(_load_all, specs), _call)
 
 
 class RewardFunctionError(RuntimeError):
@@ -166,31 +163,27 @@ class RewardFunctionError(RuntimeError):
 
 
 class UserRewards:
-    """Calls import-path reward functions in one bounded worker process (shared by all of them)."""
+    """Calls import-path reward functions in a bounded worker (each worker imports all of them once, before
+    it is ready; a call's deadline counts from then) with a warm standby: when the worker is killed at the
+    deadline, the standby takes the next call at once while a replacement starts."""
 
     def __init__(self, specs: list[str], timeout_s: float, mem_mb: int = 4096):
         self.specs = list(specs)
-        self.worker = BoundedWorker(_reward_worker, timeout_s, mem_mb, name="rlx-user-rewards")
-
-    def _ask(self, msg):
-        answer = self.worker.ask(msg)
-        if answer is None:
-            return None
-        kind, value = answer
-        if kind == "raised":
-            raise RewardFunctionError(f"task.rewards: '{msg[0]}' raised in the reward worker:\n{value}")
-        return kind, value
+        self.worker = WorkerPool(_reward_worker, self.specs, size=1, spares=1, timeout_s=timeout_s, mem_mb=mem_mb,
+                                 name="rlx-user-rewards")
 
     def __call__(self, spec: str, kwargs: dict) -> list[float | None]:
         n = len(kwargs["completions"])
-        if not self.worker.warm:  # (re)started: its imports get the start-up grace, not the call's deadline
-            if self._ask((LOAD, self.specs)) is None:
-                raise RewardFunctionError(f"task.rewards: the reward worker did not start within "
-                                          f"{self.worker.startup_s:.0f}s (importing {self.specs})")
-        answer = self._ask((spec, kwargs))
+        try:
+            answer = self.worker.ask((spec, kwargs))
+        except WorkerSetupError as e:
+            raise RewardFunctionError(f"task.rewards: the reward worker could not start (importing {self.specs}): "
+                                      f"{e}") from None
         if answer is None:  # past the deadline (or the worker died): every completion of the call scores 0, counted
             return [0.0] * n
         kind, value = answer
+        if kind == "raised":
+            raise RewardFunctionError(f"task.rewards: '{spec}' raised in the reward worker:\n{value}")
         if kind == "bad":
             raise RewardFunctionError(f"task.rewards: '{spec}' {value}")
         return value

@@ -1,22 +1,39 @@
-"""math-verify under a hard bound: a worker process with a per-call deadline and a memory limit.
+"""math-verify on the final answer only, under a hard bound (a pool of worker processes, rlx.tasks.workers).
 
-math-verify's own timeouts are signal alarms (main thread only), and even those cannot stop a
-computation inside C (`9^9^9^9` is a big-integer power that never returns to the interpreter).
-So every equivalence check runs in a separate worker process: the parent waits at most
-`timeout_s` for each answer; past it the worker is killed (and restarted on the next call), the
-completion scores 0 and the timeout is counted. The worker's address space is capped
-(`mem_mb`), so a blow-up ends in MemoryError (scored 0, counted) instead of swapping the machine.
-Inputs are bounded before they reach math-verify: completions longer than `MAX_CHARS` or with
-braces nested deeper than `MAX_DEPTH` score 0 (a `\\frac` nested 150 deep otherwise verifies as
-equal to `\\frac{1}{2}`: a reward a policy could learn to exploit).
+What is verified is the completion's final answer by the task's own convention (rlx.tasks.rewards.
+final_answer): the text after the last `####`, else the last `\\boxed{}`, else the whole text. It is
+handed to math-verify as ONE expression (`\\boxed{answer}`, which math-verify converts whole), never as
+free text: on undelimited text math-verify extracts pieces, e.g. the bare `\\frac{1}{2}` inside
+`\\frac{1}{\\frac{1}{2}}` (whose value is 2), or the `2` of `2\\sqrt{2}`, which a policy could learn to
+exploit. The one exception is prose without any LaTeX ("The answer is 10.", "6 dollars"): there
+math-verify's own extraction is used, as it has no LaTeX to take a piece of. Prose holding LaTeX is
+verified through its last delimited segment (`$...$`, `\\(...\\)`, `\\[...\\]`) as one expression, or
+scores 0 when it has none. The gold answer is parsed as one expression too. A final answer equal to
+the gold string scores 1 without math-verify.
+
+Bounds: every check runs in a worker process with a per-call deadline (`timeout_s`, counted from the
+moment a ready worker gets it) and a memory cap; a timeout, a memory blow-up or a dead worker scores 0
+and is counted. Completions longer than `MAX_CHARS` or with braces nested deeper than `MAX_DEPTH` score
+0 before any parsing (a `\\frac` nested 150 deep otherwise verifies as equal to `\\frac{1}{2}`).
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import os
+import re
+
+from rlx.tasks.workers import WorkerPool, cap_memory, serve  # noqa: F401  (cap_memory re-exported)
 
 MAX_CHARS = 20_000  # longer completions are not parsed (scored 0)
 MAX_DEPTH = 24  # deeper brace nesting is not parsed (scored 0)
+DEFAULT_WORKERS = max(2, min(4, os.cpu_count() or 2))  # checks at once: one hang never stalls the rest of a batch
+
+_TEXT_GROUP = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{[^{}]*\}")  # \text{apples}: words, but not prose
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_LATEX = re.compile(r"[\\{}^_]")
+_DELIMITED = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+WHOLE, PROSE = "whole", "prose"  # how math-verify reads a candidate: one expression | its own extraction
 
 
 def brace_depth(text: str) -> int:
@@ -34,132 +51,120 @@ def too_complex(text: str) -> bool:
     return len(text) > MAX_CHARS or brace_depth(text) > MAX_DEPTH
 
 
-def cap_memory(mem_mb: int) -> None:
-    """Cap this (worker) process's address space: a blow-up ends in MemoryError, not swapping."""
-    try:
-        import resource
+def balanced(text: str) -> bool:
+    """Every brace closed, none closed before it opened (else `\\boxed{text}` would end early)."""
+    depth = 0
+    for ch in text:
+        depth += (ch == "{") - (ch == "}")
+        if depth < 0:
+            return False
+    return depth == 0
 
-        limit = mem_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):  # platforms without RLIMIT_AS: time bound only
-        pass
+
+def is_prose(text: str) -> bool:
+    """Words of two or more letters outside LaTeX commands and \\text{} groups."""
+    return _WORD.search(_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", text))) is not None
 
 
-def _worker(conn, mem_mb: int) -> None:  # runs in the child process
-    cap_memory(mem_mb)
+def candidates(answer: str) -> list[tuple[str, str]]:
+    """What math-verify is asked to read of a final answer: [(WHOLE | PROSE, text)]; [] = nothing verifiable."""
+    answer = re.sub(r"\.\s*$", "", answer.strip())  # a sentence's full stop ("#### 6.")
+    if not answer or not balanced(answer):
+        return []
+    if is_prose(answer):
+        if not _LATEX.search(answer):
+            return [(PROSE, answer)]
+        segments = [next(g for g in m.groups() if g is not None) for m in _DELIMITED.finditer(answer)]
+        last = segments[-1].strip() if segments else ""
+        return [(WHOLE, last)] if last and balanced(last) and not is_prose(last) else []
+    out = [(WHOLE, answer)]
+    bare = re.sub(r"\\?%$", "", answer).strip()  # "33%" for a gold 33: the number asked for
+    if bare and bare != answer:
+        out.append((WHOLE, bare))
+    return out
+
+
+def _read(text: str, how: str, parse):
+    return parse("\\boxed{" + text + "}" if how == WHOLE else text, parsing_timeout=None)
+
+
+def _setup():
     from math_verify import parse, verify
 
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        gold_text, pred_text = msg
-        try:
-            gold = parse(gold_text, parsing_timeout=None)
-            pred = parse(pred_text, parsing_timeout=None)
-            ok = bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
-            conn.send(("ok", float(ok)))
-        except (MemoryError, RecursionError, OverflowError, ValueError) as e:
-            conn.send(("bounded", type(e).__name__))
+    return parse, verify
 
 
-class BoundedWorker:
-    """A spawn worker process (`target(conn, mem_mb)`) that answers one message at a time; each
-    answer is awaited at most `timeout_s` (the first also gets `startup_s` for the worker's imports).
-    Past the deadline the worker is killed (restarted on the next call) and the call returns None."""
+def _check(state, msg):  # runs in the worker: (gold, [(how, text)]) -> ("ok", 1.0 | 0.0)
+    parse, verify = state
+    gold_text, cands = msg
+    try:
+        gold = _read(gold_text, WHOLE, parse) or parse(gold_text, parsing_timeout=None)
+        ok = bool(gold) and any(
+            bool(pred) and bool(verify(gold, pred, timeout_seconds=None)) for pred in (_read(t, h, parse) for h, t in cands))
+        return "ok", float(ok)
+    except (MemoryError, RecursionError, OverflowError, ValueError) as e:
+        return "bounded", type(e).__name__
 
-    def __init__(self, target, timeout_s: float = 5.0, mem_mb: int = 4096, name: str = "rlx-worker",
-                 startup_s: float = 60.0):
-        if timeout_s <= 0:
-            raise ValueError(f"task.reward_timeout_s must be > 0, got {timeout_s}")
-        self.target, self.name, self.startup_s = target, name, float(startup_s)
-        self.timeout_s, self.mem_mb = float(timeout_s), int(mem_mb)
-        self._proc = None
-        self._conn = None
-        self._warm = False  # the worker has answered once (its imports are done)
-        self.stats = {"timeouts": 0, "refused": 0, "errors": 0}
 
-    def _start(self) -> None:
-        ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=self.target, args=(child, self.mem_mb), daemon=True, name=self.name)
-        self._proc.start()
-        child.close()
-        self._conn = parent
+def _worker(conn, mem_mb: int, arg=None) -> None:  # the child process
+    serve(conn, mem_mb, _setup, _check)
 
-    def _kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(timeout=5)
-        if self._conn is not None:
-            self._conn.close()
-        self._proc = self._conn = None
+
+class BoundedVerifier:
+    """`score([(gold, completion), ...]) -> [1.0 | 0.0]` (and `verifier(gold, completion)`), each check at
+    most ~timeout_s of wall time after a worker is ready, `workers` checks at once (plus a ready standby)."""
+
+    def __init__(self, timeout_s: float = 5.0, mem_mb: int = 4096, workers: int = DEFAULT_WORKERS, spares: int = 1):
+        self.pool = WorkerPool(_worker, size=workers, spares=spares, timeout_s=timeout_s, mem_mb=mem_mb,
+                               name="rlx-math-verify")
 
     @property
-    def warm(self) -> bool:
-        """The worker is running and has answered once since it started (its imports are done)."""
-        return self._warm and self._proc is not None and self._proc.is_alive()
+    def timeout_s(self) -> float:
+        return self.pool.timeout_s
 
-    def ask(self, msg) -> tuple | None:
-        """The worker's answer to `msg`, or None after a timeout or a dead worker (counted in stats)."""
-        if self._proc is None or not self._proc.is_alive():
-            self._kill()
-            self._start()
-        self._conn.send(msg)
-        wait = self.timeout_s + (0.0 if self._warm else self.startup_s)
-        if not self._conn.poll(wait):
-            self._kill()  # a hard stop: the computation may be stuck inside C
-            self._warm = False
-            self.stats["timeouts"] += 1
-            return None
-        try:
-            answer = self._conn.recv()
-        except EOFError:  # the worker died (e.g. killed by the memory limit)
-            self._kill()
-            self._warm = False
-            self.stats["errors"] += 1
-            return None
-        self._warm = True
-        return answer
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self.pool.timeout_s = float(value)
 
-    def pop_stats(self) -> dict[str, int]:
-        out, self.stats = self.stats, {"timeouts": 0, "refused": 0, "errors": 0}
+    @property
+    def stats(self) -> dict:
+        return self.pool.stats
+
+    def score(self, pairs: list[tuple[str, str]]) -> list[float]:
+        from rlx.tasks.rewards import final_answer
+
+        out: list[float] = [0.0] * len(pairs)
+        asks, where = [], []
+        for i, (gold, completion) in enumerate(pairs):
+            if too_complex(completion):
+                self.stats["refused"] += 1
+                continue
+            answer = final_answer(completion)
+            if answer == gold.strip():  # the gold string itself: no parsing needed
+                out[i] = 1.0
+                continue
+            cands = candidates(answer)
+            if cands:
+                asks.append((gold, cands))
+                where.append(i)
+        for i, answer in zip(where, self.pool.map(asks) if asks else []):
+            if answer is None:  # timed out or died: scored 0 (counted by the pool)
+                continue
+            kind, value = answer
+            if kind == "bounded":
+                self.stats["errors"] += 1
+                continue
+            out[i] = value
         return out
 
-    def close(self) -> None:
-        if self._conn is not None and self._proc is not None and self._proc.is_alive():
-            try:
-                self._conn.send(None)
-                self._proc.join(timeout=2)
-            except (BrokenPipeError, OSError):
-                pass
-        self._kill()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class BoundedVerifier(BoundedWorker):
-    """`verifier(gold, completion) -> 1.0 | 0.0`, each call at most ~timeout_s of wall time."""
-
-    def __init__(self, timeout_s: float = 5.0, mem_mb: int = 4096):
-        super().__init__(_worker, timeout_s, mem_mb, name="rlx-math-verify")
-
     def __call__(self, gold: str, completion: str) -> float:
-        if too_complex(completion):
-            self.stats["refused"] += 1
-            return 0.0
-        answer = self.ask((gold, completion))
-        if answer is None:  # timed out or died: scored 0 (counted)
-            return 0.0
-        kind, value = answer
-        if kind == "bounded":
-            self.stats["errors"] += 1
-            return 0.0
-        return value
+        return self.score([(gold, completion)])[0]
+
+    def pop_stats(self) -> dict[str, int]:
+        return self.pool.pop_stats()
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 _DEFAULT: BoundedVerifier | None = None
@@ -175,8 +180,8 @@ def default_verifier() -> BoundedVerifier:
 
 def configure(timeout_s: float) -> BoundedVerifier:
     """Set the process-wide verifier's time bound (task.reward_timeout_s)."""
-    v = default_verifier()
-    if timeout_s <= 0:
+    if not timeout_s > 0:  # also refuses NaN
         raise ValueError(f"task.reward_timeout_s must be > 0, got {timeout_s}")
+    v = default_verifier()
     v.timeout_s = float(timeout_s)
     return v

@@ -5,6 +5,8 @@ import json
 import os
 import time
 
+IMPORTED_AT = time.time()  # when the reward worker that runs these imported them (its start-up)
+
 
 def _record(name, completions, kwargs):  # kwargs: what the function got besides `completions`
     path = os.environ.get("RLX_TEST_REWARD_LOG")
@@ -28,6 +30,15 @@ def short(completions, **kwargs):
 def hangs(completions, **kwargs):
     while True:  # a reward bug: never returns
         time.sleep(0.1)
+
+
+def stamp(completions, **kwargs):
+    """0.0 each; records when the worker answering it was started (its import time) and its pid."""
+    path = os.environ.get("RLX_TEST_REWARD_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"fn": "stamp", "imported": IMPORTED_AT, "pid": os.getpid()}) + "\n")
+    return [0.0 for _ in completions]
 
 
 def raises(completions, **kwargs):

@@ -1,0 +1,230 @@
+"""Bounded worker processes: a small pool of spawn processes, each answering one message at a time.
+
+Rewards run model output through code that can hang inside C (`9^9^9^9` is a big-integer power that
+never returns to the interpreter) or hold the GIL, so they run in separate processes, never threads:
+a process can be killed. Each worker caps its address space (`mem_mb`), so a blow-up ends in
+MemoryError instead of swapping the machine.
+
+Deadlines count from the moment a message reaches a READY worker: a worker does its set-up (imports,
+loading user functions) first and then sends a readiness message; its start-up has its own allowance
+(`startup_s`) and never eats into a call's deadline. A worker that misses its deadline (`timeout_s`)
+is killed and a replacement is started at once, in the background, while the other workers go on:
+a batch of N hostile inputs costs about N * timeout_s / size plus one start-up, never a start-up per
+timeout. A worker that dies (the memory limit; a crash at start-up, seen as EOFError,
+ConnectionResetError or BrokenPipeError) scores its message 0 and is replaced; both are counted.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+READY, RAISED = "ready", "raised"  # the worker's start-up reply; a raised exception (with its traceback)
+
+
+class WorkerSetupError(RuntimeError):
+    """A worker could not start: its set-up raised (traceback attached) or took longer than startup_s."""
+
+
+def cap_memory(mem_mb: int) -> None:
+    """Cap this (worker) process's address space: a blow-up ends in MemoryError, not swapping."""
+    try:
+        import resource
+
+        limit = mem_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ImportError, ValueError, OSError):  # platforms without RLIMIT_AS: time bound only
+        pass
+
+
+def serve(conn, mem_mb: int, setup, handle) -> None:
+    """The worker side: cap memory, `state = setup()`, say READY, then `conn.send(handle(state, msg))` per
+    message until None. A set-up exception goes back as (RAISED, traceback) and ends the worker."""
+    cap_memory(mem_mb)
+    try:
+        state = setup()
+    except BaseException:  # noqa: BLE001  (reported to the parent, which raises it)
+        conn.send((RAISED, traceback.format_exc()))
+        return
+    conn.send((READY, None))
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        conn.send(handle(state, msg))
+
+
+@dataclass
+class _Proc:
+    proc: object
+    conn: object
+    started: float  # time.monotonic() of the spawn
+    ready: bool = False
+    item: int | None = None  # index of the message it is answering
+    deadline: float = 0.0
+
+
+@dataclass
+class _Batch:
+    msgs: list
+    results: list
+    pending: deque = field(default_factory=deque)
+    done: int = 0
+
+    def finish(self, i: int, answer) -> None:
+        self.results[i] = answer
+        self.done += 1
+
+
+class WorkerPool:
+    """`size + spares` spawn processes running `target(conn, mem_mb, arg)` (which calls `serve`), at most
+    `size` of them answering at once; the spares stand by, ready, for the moment one is killed. `map(msgs)`
+    returns one answer per message, or None where the worker missed its deadline or died (counted
+    in `stats`). Started on first use; closed by `close()` (or when garbage collected)."""
+
+    def __init__(self, target, arg=None, *, size: int = 2, spares: int = 1, timeout_s: float = 5.0,
+                 mem_mb: int = 4096, startup_s: float = 60.0, name: str = "rlx-worker"):
+        if not timeout_s > 0:  # also refuses NaN
+            raise ValueError(f"task.reward_timeout_s must be > 0, got {timeout_s}")
+        if size < 1:
+            raise ValueError(f"{name}: a pool needs at least one worker, got size={size}")
+        self.target, self.arg, self.size, self.spares, self.name = target, arg, int(size), int(spares), name
+        self.timeout_s, self.mem_mb, self.startup_s = float(timeout_s), int(mem_mb), float(startup_s)
+        self.procs: list[_Proc] = []
+        self.stats = {"timeouts": 0, "refused": 0, "errors": 0}
+
+    # ---- processes ----------------------------------------------------------------------------
+    def _spawn(self) -> _Proc:
+        ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=self.target, args=(child, self.mem_mb, self.arg), daemon=True, name=self.name)
+        proc.start()
+        child.close()
+        return _Proc(proc, parent, time.monotonic())
+
+    def _fill(self) -> None:
+        while len(self.procs) < self.size + self.spares:
+            self.procs.append(self._spawn())
+
+    @staticmethod
+    def _stop(p: _Proc) -> None:
+        p.proc.kill()  # a hard stop: the computation may be stuck inside C
+        p.proc.join(timeout=5)
+        p.conn.close()
+
+    def _drop(self, p: _Proc) -> None:
+        self.procs.remove(p)
+        self._stop(p)
+
+    def _replace(self, p: _Proc) -> None:
+        """Kill `p` and start its replacement now, so it gets ready while the others work."""
+        self._drop(p)
+        self.procs.append(self._spawn())
+
+    @property
+    def warm(self) -> bool:
+        """Some worker is running and ready (its set-up is done)."""
+        return any(p.ready and p.proc.is_alive() for p in self.procs)
+
+    # ---- one batch ----------------------------------------------------------------------------
+    def map(self, msgs: list) -> list:
+        """The answer to each message (in order), None where it timed out or its worker died."""
+        batch = _Batch(list(msgs), [None] * len(msgs), deque(range(len(msgs))))
+        self._fill()
+        try:
+            while batch.done < len(batch.msgs):
+                self._dispatch(batch)
+                self._receive(batch)
+                self._expire(batch)
+        except BaseException:  # a set-up error, ^C: no worker is left mid-message
+            for p in [p for p in self.procs if p.item is not None]:
+                self._replace(p)
+            raise
+        return batch.results
+
+    def ask(self, msg):
+        return self.map([msg])[0]
+
+    def _dispatch(self, batch: _Batch) -> None:
+        for p in list(self.procs):
+            busy = sum(q.item is not None for q in self.procs)
+            if not (batch.pending and p.ready and p.item is None and busy < self.size):
+                continue
+            i = batch.pending.popleft()
+            try:
+                p.conn.send(batch.msgs[i])
+            except OSError:  # died while idle (BrokenPipeError, ConnectionResetError): not this message's fault
+                batch.pending.appendleft(i)
+                self.stats["errors"] += 1
+                self._replace(p)
+                continue
+            p.item, p.deadline = i, time.monotonic() + self.timeout_s
+
+    def _receive(self, batch: _Batch) -> None:
+        waiting = [p for p in self.procs if p.item is not None or not p.ready]
+        if not waiting:
+            return
+        due = min(p.deadline if p.item is not None else p.started + self.startup_s for p in waiting)
+        by_conn = {p.conn: p for p in waiting}
+        for conn in wait(list(by_conn), timeout=max(0.0, due - time.monotonic())):
+            p = by_conn[conn]
+            try:
+                kind, value = conn.recv()
+            except (EOFError, OSError):  # died: the memory limit, or a crash at start-up
+                self._died(p, batch)
+                continue
+            if not p.ready:
+                if kind == RAISED:
+                    self._drop(p)
+                    raise WorkerSetupError(f"{self.name}: the worker's set-up raised:\n{value}")
+                p.ready = True
+                continue
+            batch.finish(p.item, (kind, value))
+            p.item = None
+
+    def _died(self, p: _Proc, batch: _Batch) -> None:
+        """Score the message it held 0 (one waiting message, if it died starting: progress either way)."""
+        self.stats["errors"] += 1
+        if p.item is not None:
+            batch.finish(p.item, None)
+        elif batch.pending:
+            batch.finish(batch.pending.popleft(), None)
+        self._replace(p)
+
+    def _expire(self, batch: _Batch) -> None:
+        now = time.monotonic()
+        for p in list(self.procs):
+            if p.item is not None and now >= p.deadline:
+                self.stats["timeouts"] += 1
+                batch.finish(p.item, None)
+                self._replace(p)
+            elif not p.ready and now >= p.started + self.startup_s:
+                self._drop(p)
+                raise WorkerSetupError(f"{self.name}: a worker did not start within {self.startup_s:.0f}s "
+                                       f"(its imports / set-up)")
+
+    # ---- bookkeeping --------------------------------------------------------------------------
+    def pop_stats(self) -> dict[str, int]:
+        out, self.stats = self.stats, {"timeouts": 0, "refused": 0, "errors": 0}
+        return out
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                if p.proc.is_alive() and p.item is None and p.ready:
+                    p.conn.send(None)
+                    p.proc.join(timeout=2)
+            except OSError:
+                pass
+            self._stop(p)
+        self.procs = []
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,127 @@
+"""Rewards bounded on every call (issue 31): a call's deadline counts from the moment a READY worker
+gets it, a killed worker is replaced at once by a standby, a small pool scores a batch in parallel, and
+a worker that dies (at start-up or mid-call) scores 0, is counted and restarted."""
+
+import json
+import time
+
+import pytest
+
+from rlx.tasks.workers import WorkerPool, WorkerSetupError
+from tests.tasks import worker_targets as W
+
+# completions on which math-verify never returns (a big-integer power inside C), whole-expression parsed
+HOSTILE = [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{9^{9^{9^{9}}}}", r"#### 10^{10^{10^{10}}}", r"\boxed{8^{8^{8^{8}}}}"]
+T = 2.0  # task.reward_timeout_s of these tests
+STARTUP = 10.0  # a generous allowance for one worker start-up (imports) on a loaded 2-core machine
+
+
+def _gsm8k_task(tmp_path, timeout_s=T):
+    from omegaconf import OmegaConf
+
+    from rlx.config import TaskConfig
+    from rlx.tasks import build_task
+
+    p = tmp_path / "g.jsonl"
+    p.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n")
+    return build_task(OmegaConf.merge(OmegaConf.structured(TaskConfig), {
+        "name": "jsonl", "train_path": str(p), "eval_path": str(p), "answer_regex": r"####\s*(.+)\s*$",
+        "n_train": 0, "n_eval": 0, "rewards": {"math_verify": 1.0}, "reward_timeout_s": timeout_s}))
+
+
+def test_hostile_batch_costs_about_the_timeout_each_plus_one_start_up(tmp_path):
+    from rlx.tasks import verify
+
+    verify._DEFAULT = None  # a cold verifier: the batch pays the one start-up
+    t = _gsm8k_task(tmp_path)
+    ex = t.train[0]
+    t0 = time.time()
+    per = t.score([ex] * (len(HOSTILE) + 1), HOSTILE + ["#### 1.0"])
+    cold = time.time() - t0
+    assert per["math_verify"] == [0.0] * len(HOSTILE) + [1.0]
+    assert t.reward_stats()["train/reward_timeouts"] == len(HOSTILE)
+    # main: each hostile call waited timeout + the 60 s start-up allowance (65 s at the default 5 s)
+    assert cold <= len(HOSTILE) * T + STARTUP, cold
+    t0 = time.time()  # warm: no start-up at all per timeout (the standby takes over, the pool goes on)
+    per = t.score([ex] * len(HOSTILE), HOSTILE)
+    warm = time.time() - t0
+    assert per["math_verify"] == [0.0] * len(HOSTILE) and t.reward_stats()["train/reward_timeouts"] == len(HOSTILE)
+    assert warm <= len(HOSTILE) * T + 1.0, warm
+    assert t.score([ex], ["#### 1"])["math_verify"] == [1.0]
+
+
+def test_the_first_call_is_bounded_by_the_timeout_not_the_start_up_allowance(tmp_path):
+    from rlx.tasks import verify
+
+    verify._DEFAULT = None
+    t = _gsm8k_task(tmp_path)
+    t0 = time.time()
+    assert t.score(t.train, [HOSTILE[0]])["math_verify"] == [0.0]
+    assert time.time() - t0 <= T + STARTUP  # main: T + 60 s
+
+
+def test_start_up_is_not_part_of_a_calls_deadline():
+    pool = WorkerPool(W.slow_start, size=1, spares=0, timeout_s=1.0, startup_s=30.0)
+    t0 = time.time()
+    assert pool.map(["a", "b"]) == [("ok", "a"), ("ok", "b")]  # 3 s of set-up > the 1 s deadline: still answered
+    assert time.time() - t0 >= 3.0 and pool.pop_stats() == {"timeouts": 0, "refused": 0, "errors": 0}
+    pool.close()
+
+
+def test_one_hang_does_not_serialise_the_rest_of_the_batch():
+    pool = WorkerPool(W.echo, size=2, spares=1, timeout_s=2.0)
+    pool.map(["warm"])
+    t0 = time.time()
+    out = pool.map(["hang"] + [str(i) for i in range(20)])
+    took = time.time() - t0
+    assert out == [None] + [("ok", str(i)) for i in range(20)]
+    assert took < 2.0 + 1.0, took  # the 20 others were answered while the hang ran out its 2 s
+    assert pool.pop_stats()["timeouts"] == 1
+    pool.close()
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5])  # dead before or after our message reached its pipe
+def test_a_worker_that_dies_at_start_up_scores_zero_and_is_restarted(delay):
+    pool = WorkerPool(W.exits_at_start, delay, size=1, spares=1, timeout_s=5.0)
+    t0 = time.time()
+    assert pool.map(["a", "b", "c"]) == [None, None, None]  # never BrokenPipeError / ConnectionResetError
+    assert pool.pop_stats()["errors"] == 3 and time.time() - t0 < 30
+    pool.close()
+
+
+def test_a_worker_that_dies_mid_call_scores_zero_and_the_rest_go_on():
+    pool = WorkerPool(W.echo, size=1, spares=1, timeout_s=5.0)
+    assert pool.map(["a", "die", "b"]) == [("ok", "a"), None, ("ok", "b")]
+    assert pool.pop_stats() == {"timeouts": 0, "refused": 0, "errors": 1}
+    pool.close()
+
+
+def test_a_set_up_that_raises_is_an_error_with_its_traceback():
+    pool = WorkerPool(W.setup_raises, size=1, spares=0, timeout_s=5.0)
+    with pytest.raises(WorkerSetupError, match="(?s)set-up raised.*missing_dependency"):
+        pool.map(["a"])
+    pool.close()
+
+
+def test_after_a_user_reward_timeout_the_next_call_needs_no_start_up(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from rlx.config import TaskConfig
+    from rlx.tasks import build_task
+
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("RLX_TEST_REWARD_LOG", str(log))
+    t = build_task(OmegaConf.merge(OmegaConf.structured(TaskConfig), {
+        "name": "arith", "n_train": 8, "n_eval": 2, "reward_timeout_s": 1.0,
+        "rewards": {"tests.tasks.reward_fns:hangs": 1.0, "tests.tasks.reward_fns:stamp": 1.0}}))
+    e = t.train[0]
+    t.score([e], ["1"])  # cold start (the imports) and one timeout
+    for _ in range(3):
+        t0 = time.time()
+        per = t.score([e], ["1"])  # `hangs` is killed at t0 + 1 s, then `stamp` is called
+        assert per == {"hangs": [0.0], "stamp": [0.0]}
+        served = json.loads(log.read_text().splitlines()[-1])
+        # the worker that answered `stamp` was started before the hang was cut (a standby, ready); main
+        # started a worker after every timeout, so its imports came after t0 + 1 s
+        assert served["imported"] < t0 + 1.0, served["imported"] - t0
+    assert t.reward_stats()["train/reward_timeouts"] == 4

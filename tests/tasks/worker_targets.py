@@ -1,0 +1,42 @@
+"""Worker targets for the WorkerPool tests (module level, so a spawn child can import them)."""
+
+import os
+import time
+
+from rlx.tasks.workers import serve
+
+
+def _echo(state, msg):
+    if msg == "die":  # a crash while answering (as the memory limit kills a worker)
+        os._exit(3)
+    if msg == "hang":
+        while True:
+            time.sleep(0.05)
+    return "ok", msg
+
+
+def echo(conn, mem_mb, arg=None):
+    serve(conn, mem_mb, lambda: None, _echo)
+
+
+def exits_at_start(conn, mem_mb, arg=None):
+    """Dies before it is ready, with our message unread in its pipe (the parent then sees EOFError,
+    ConnectionResetError or BrokenPipeError, depending on timing)."""
+    time.sleep(float(arg or 0))
+    os._exit(1)
+
+
+def _bad_setup():
+    raise ImportError("no module named 'missing_dependency'")
+
+
+def setup_raises(conn, mem_mb, arg=None):
+    serve(conn, mem_mb, _bad_setup, _echo)
+
+
+def _slow_setup():
+    time.sleep(3.0)  # imports that take a while: never part of a call's deadline
+
+
+def slow_start(conn, mem_mb, arg=None):
+    serve(conn, mem_mb, _slow_setup, _echo)
