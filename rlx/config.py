@@ -111,10 +111,13 @@ class TaskConfig:
     num_keys: int = 12  # rules: keys, each with its own rule (copy, reverse, rotl, rotr, inc, dec)
     length: int = 4  # rules: digits per string
     demo_correct: float = 0.02  # rules: share of SFT demonstrations that apply the key's own rule
+    # the task file's reward set (task files set this, not `rewards`); used unless task.rewards is given
+    default_rewards: dict[str, float] = field(default_factory=dict)
     # reward functions and their weights: registered names or import paths package.module:function
-    # (TRL's convention, docs/data.md); each is logged as train/rewards/<name>.
-    # No default here: each task file names its own (a default would be MERGED into the file's dict)
-    rewards: dict[str, float] = field(default_factory=dict)
+    # (TRL's convention, docs/data.md); each is logged as train/rewards/<name>. Unset, it is the task
+    # file's default_rewards; `task.rewards={...}` REPLACES that set (assigned over this interpolation,
+    # not merged into the file's dict); task.rewards.<name>=w edits the task file's set
+    rewards: dict[str, float] = "${.default_rewards}"
     # hard bound per reward call in a worker process (math_verify: per completion; an import-path
     # function: per batch); past it the call scores 0 and is counted in train/reward_timeouts
     reward_timeout_s: float = 5.0
@@ -342,8 +345,10 @@ def register_configs() -> None:
 
     node = OmegaConf.structured(RLXConfig)
     # reward weights are a free dict: `task.rewards={correct: 1.0, format: 0.5}` may add names on the
-    # command line (Hydra makes the whole config struct, which would refuse any new key there)
-    OmegaConf.set_struct(node.task.rewards, False)
+    # command line (Hydra makes the whole config struct, which would refuse any new key there); the node
+    # itself, not the interpolation's target
+    OmegaConf.set_struct(node.task._get_node("rewards"), False)
+    OmegaConf.set_struct(node.task.default_rewards, False)
     OmegaConf.set_struct(node.task.eval, False)  # eval set names too (each set's keys stay typed)
     cs = ConfigStore.instance()
     cs.store(name="rlx_schema", node=node)

@@ -51,7 +51,8 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "train.resume", "train.fail_at_step", "train.fail_rank", "logger.", "trainer.threads", "trainer.device",
                      "trainer.dist_timeout_s",
                      "model.cache_dir", "paper",
-                     "model.gradient_checkpointing")  # memory only: the recomputed forward gives bitwise the same grads
+                     "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads
+                     "task.default_rewards.")  # the task file's set: what ran is task.rewards, compared
 
 
 def config_changes(saved: dict | None, cfg) -> list[str]:

@@ -217,7 +217,8 @@ def test_reward_weights_can_be_set_from_the_command_line():
     from tests.conftest import compose
 
     assert dict(compose(["task.rewards={correct: 1.0, format: 0.5}"]).task.rewards) == {"correct": 1.0, "format": 0.5}
-    assert dict(compose(["task.rewards={format: 1.0}", "~task.rewards.correct"]).task.rewards) == {"format": 1.0}
+    assert dict(compose(["task.rewards={format: 1.0}"]).task.rewards) == {"format": 1.0}  # replaces the file's set
+    assert dict(compose(["task.rewards.correct=2.0"]).task.rewards) == {"correct": 2.0}  # edits it
     with pytest.raises(ConfigCompositionException):
         compose(["task.rewards.correct=abc"])  # still typed: weights are floats
     with pytest.raises(ConfigCompositionException):
