@@ -112,7 +112,13 @@ def check_values(cfg) -> None:
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}: not in rlx's schema, so nothing would read them "
                          f"(a `+key=value` override adds keys; check the spelling, `--help` lists every key)")
+    from rlx.limits import check_model, check_numbers
+    from rlx.scaling.config import as_config
     from rlx.tasks import FILE_TASKS, check_task_config
+
+    check_numbers(cfg)  # every numeric field of every schema: NaN / inf / out of its range (rlx/limits.py)
+    check_model(cfg)  # the tiny model's heads and width, model.dtype, quant.format / quant.kernel
+    as_config(cfg.scaling)  # scaling.fit / scaling.compute (else refused only when the run ends)
 
     r, a, m, t = cfg.rollout, cfg.algo, cfg.model, cfg.task
     rules = [

@@ -37,6 +37,7 @@ from rlx.completions import completion_rows
 from rlx.config import register_configs
 from rlx.evaluation import evaluate
 from rlx.extrapolation import build_extrapolator
+from rlx.limits import check_fits
 from rlx.logging import NullLogger, RunLogger, read_metrics, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
@@ -104,6 +105,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
                          f"would overwrite them. Use a new hydra.run.dir, or move the old ckpt/ aside")
     D.seed_everything(cfg.seed)
     task = build_task(cfg.task)
+    check_fits(cfg, task)  # the tiny model's context holds prompt + completion (needs the task's prompts)
     task.set_seed(cfg.seed)
     for turn in ((0, 1) if world.distributed else (0,)):  # rank 0 builds (and caches) the SFT base first
         if (turn == 0) == world.is_main:

@@ -45,8 +45,8 @@ class SamplingParams:
             raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"rollout.top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.temperature < 0:
-            raise ValueError(f"rollout.temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):  # `not >=`: NaN fails it too
+            raise ValueError(f"rollout.temperature must be >= 0 and finite, got {self.temperature}")
 
     def but(self, **changes) -> "SamplingParams":
         return replace(self, **changes)
