@@ -212,9 +212,15 @@ def read_adapter(path: Path, rel: str = ADAPTER) -> dict:
     if not f.is_file():
         raise CorruptCheckpointError(path, rel, "is missing")
     try:
-        return load_file(str(f))
+        weights = load_file(str(f))
     except Exception as e:  # SafetensorError: bad header, truncated data, ...
         raise CorruptCheckpointError(path, rel, f"is corrupt: unreadable safetensors ({type(e).__name__}: {e})") from None
+    bad = non_finite_params(None, weights)
+    if bad:  # a tampered file, or one an older rlx wrote: treated like a checksum failure (never loaded)
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise CorruptCheckpointError(path, rel, f"holds non-finite weights: {bad[0][0]} has {bad[0][1]} nan/inf "
+                                                f"value(s){more}")
+    return weights
 
 
 def non_finite_params(model, weights: dict | None = None) -> list[tuple[str, int]]:

@@ -22,43 +22,60 @@ class MetricsFileError(ValueError):
     """metrics.jsonl has an invalid line before its last one (data would be lost: never dropped silently)."""
 
 
-def parse_metrics(path: Path, text: str | None = None, strict: bool = True,
+def parse_metrics(path: Path, text: str | bytes | None = None, strict: bool = True,
                   key: str = "step") -> tuple[list[tuple[str, dict]], str | None]:
     """(line, row) of every row of a metrics.jsonl (or of any JSON-lines file whose rows carry `key`, e.g.
     predictive.jsonl's "round"), and a message if a line was dropped (else None).
 
-    Only the last line can be half written (a kill or a full disk while appending): if it is not valid
-    JSON it is dropped (a valid row missing only its newline is kept). strict=True: any other invalid
-    line raises MetricsFileError naming the file and line number (what a resume must do); strict=False:
-    it is skipped too and counted in the message (what a report over a damaged sweep does)."""
+    A row is a JSON object whose `key` is a whole number >= 0 (not "3", null, 1.5 or 1e400 = inf: a
+    resume compares steps, a report sorts by them), in valid UTF-8. Only the last line can be half
+    written (a kill or a full disk while appending): if it is not a valid row it is dropped (a valid row
+    missing only its newline is kept). strict=True: any other invalid line raises MetricsFileError naming
+    the file and line number (what a resume must do); strict=False: it is skipped too and counted in the
+    message (what a report over a damaged sweep does)."""
     path = Path(path)
-    text = path.read_text(errors="replace") if text is None else text
-    lines = text.split("\n")
+    raw = path.read_bytes() if text is None else text if isinstance(text, bytes) else text.encode()
+    lines = raw.split(b"\n")
     last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
     rows, notes = [], []
     for i, ln in enumerate(lines):
         if not ln.strip():
             continue
-        try:
-            row = json.loads(ln)
-        except json.JSONDecodeError as e:
-            if i == last:
-                newline = "no newline" if i == len(lines) - 1 else "newline-terminated"
-                notes.append(f"{path}: dropped an incomplete last line (line {i + 1}, {len(ln)} chars, {newline}, "
-                             f"invalid JSON: {e.msg}) -- a write cut short by a kill or a full disk")
-                continue
-            if not strict:
-                notes.append(f"{path}: skipped line {i + 1} (invalid JSON: {e.msg})")
-                continue
-            raise MetricsFileError(f"{path}: line {i + 1} is not valid JSON ({e.msg} at column {e.colno}); only a "
-                                   f"last line may be incomplete -- refusing to drop data, fix or remove that line") from None
-        if not isinstance(row, dict) or key not in row:
-            if not strict:
-                notes.append(f"{path}: skipped line {i + 1} (not a row: no '{key}')")
-                continue
-            raise MetricsFileError(f"{path}: line {i + 1} is not a row (a JSON object with a {key})")
-        rows.append((ln, row))
+        line, row, problem = _parse_row(ln, key)
+        if problem is None:
+            rows.append((line, row))
+        elif i == last and row is _CUT:  # half written; a whole line with a bad step is refused like any other
+            newline = "no newline" if i == len(lines) - 1 else "newline-terminated"
+            notes.append(f"{path}: dropped an incomplete last line (line {i + 1}, {len(ln)} chars, {newline}; "
+                         f"it {problem}) -- a write cut short by a kill or a full disk")
+        elif not strict:
+            notes.append(f"{path}: skipped line {i + 1} (it {problem})")
+        else:
+            raise MetricsFileError(f"{path}: line {i + 1} {problem}; only a last line may be incomplete -- "
+                                   f"refusing to drop data, fix or remove that line")
     return rows, ("; ".join(notes) or None)
+
+
+_CUT = object()  # _parse_row's row for a line that a cut-short write explains (bad UTF-8 or JSON)
+
+
+def _parse_row(raw: bytes, key: str) -> tuple[str, object, str | None]:
+    """(text, row, None) of one line, or (text, _CUT | None, what is wrong with it)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return raw.decode("utf-8", errors="replace"), _CUT, f"is not valid UTF-8 (byte {e.start})"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        return line, _CUT, f"is not valid JSON ({e.msg} at column {e.colno})"
+    if not isinstance(row, dict) or key not in row:
+        return line, None, f"is not a row (a JSON object with a {key})"
+    v = row[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        shown = repr(v) if isinstance(v, float) else json.dumps(v)  # 1e400 reads as inf
+        return line, None, f"has {key} {shown}, not a whole number >= 0"
+    return line, row, None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
@@ -189,9 +206,9 @@ def read_run(path: str | Path, root: str | Path | None = None) -> Run:
             summary = {"status": "failed", "error": "unreadable summary.json"}
     records, skipped = [], 0
     if (path / METRICS).is_file():
-        text = (path / METRICS).read_text(errors="replace")
-        records = [row for _, row in parse_metrics(path / METRICS, text, strict=False)[0]]
-        skipped = sum(1 for ln in text.split("\n") if ln.strip()) - len(records)
+        raw = (path / METRICS).read_bytes()
+        records = [row for _, row in parse_metrics(path / METRICS, raw, strict=False)[0]]
+        skipped = sum(1 for ln in raw.split(b"\n") if ln.strip()) - len(records)
     rel = str(path.relative_to(root)) if path != root and path.is_relative_to(root) else path.name
     return Run(path, rel, _load_config(path / CONFIG), [str(o) for o in _read_yaml(path / OVERRIDES) or []],
                {str(k): v for k, v in choices.items()}, summary, records, skipped)

@@ -315,12 +315,24 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, 
         if world.distributed:
             summary["world_size"] = world.size
         if world.is_main:
-            write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
+            write_summary(run_dir, summary, failing=exit_code != 0)
         logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
         logger.finish(exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
          f"({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {run_dir}")
     return summary
+
+
+def write_summary(run_dir: Path, summary: dict, failing: bool) -> None:
+    """summary.json; when the run is already failing (e.g. a full disk during a checkpoint), a summary that
+    cannot be written is said and the run's own error stays the one raised (the last the user sees)."""
+    try:
+        write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
+    except OSError as e:
+        if not failing:
+            raise
+        _log(f"[run] summary.json could not be written either ({type(e).__name__}: {e}); the error below is "
+             f"what stopped the run")
 
 
 def finish_summary(p: Parts, run_dir: Path) -> dict:

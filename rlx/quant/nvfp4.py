@@ -9,6 +9,8 @@ intermediate dt roundings are the same:
 Codes are packed two per byte, element 2j in the low nibble.
 """
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -27,6 +29,29 @@ def nvfp4_global_scale(amax: Tensor) -> Tensor:
     gs = (FP8_E4M3_MAX * E2M1_MAX) / amax  # Tensor.__rtruediv__: dt(dt(1/amax) * 2688)
     gs = torch.nan_to_num(gs, nan=1.0, posinf=1.0, neginf=1.0)
     return gs.to(torch.float32).reshape(1)
+
+
+def check_global_scale(global_scale, dtype: torch.dtype) -> Tensor:
+    """A caller's global scale as fp32 [1] (a Python number is taken as one), or ValueError naming it.
+
+    It must be finite and at least 2688 / finfo(dtype).max: a dequantized value is code * s / gs with
+    |code| <= 6 and s <= 448, so a smaller gs (1e-40, a subnormal) overflows to inf, and inf * 0 to NaN,
+    from finite weights. The scale computed from any finite weight (2688 / amax) is never that small."""
+    if isinstance(global_scale, (int, float)) and not isinstance(global_scale, bool):
+        global_scale = torch.tensor([float(global_scale)], dtype=torch.float32)
+    if not isinstance(global_scale, Tensor):
+        raise ValueError(f"nvfp4: global_scale must be an fp32 tensor with one element (or a number), got a "
+                         f"{type(global_scale).__name__}")
+    if global_scale.is_meta or global_scale.numel() != 1 or global_scale.dtype != torch.float32:
+        raise ValueError(f"nvfp4: global_scale must be an fp32 tensor with one element, got {global_scale!r}")
+    value = float(global_scale.reshape(()))
+    low = FP8_E4M3_MAX * E2M1_MAX / torch.finfo(dtype).max
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"nvfp4: global_scale must be finite and > 0, got {value}")
+    if value < low:
+        raise ValueError(f"nvfp4: global_scale {value:g} is below {low:.3g} = 2688 / the largest {dtype}: the "
+                         f"dequantized weights would overflow to inf / NaN")
+    return global_scale
 
 
 def shared_global_scale(weights: list[Tensor]) -> Tensor:
@@ -52,10 +77,8 @@ def quantize_nvfp4(weight: Tensor, global_scale: Tensor | None = None) -> Quanti
     check_finite(block_amax, "nvfp4")
     if global_scale is None:
         global_scale = nvfp4_global_scale(block_amax.amax())
-    elif global_scale.numel() != 1 or global_scale.dtype != torch.float32:
-        raise ValueError(f"nvfp4: global_scale must be an fp32 tensor with one element, got {global_scale!r}")
-    elif not (bool(torch.isfinite(global_scale).all()) and float(global_scale.reshape(())) > 0):
-        raise ValueError(f"nvfp4: global_scale must be finite and > 0, got {float(global_scale.reshape(()))}")
+    else:
+        global_scale = check_global_scale(global_scale, weight.dtype)
     global_scale = global_scale.reshape(1).to(weight.device)
     scale = _block_scales(block_amax, global_scale)  # fp32 [N, K/16]
     effective = scale / global_scale  # fp32 [N, K/16], what each code is multiplied by

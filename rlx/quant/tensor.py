@@ -62,6 +62,9 @@ def check_weight(weight: Tensor, fmt: str, multiple: int, reason: str | None = N
         raise ValueError(f"{fmt}: expected a torch.Tensor, got {type(weight).__name__}")
     if weight.ndim != 2:
         raise ValueError(f"{fmt}: expected a 2-D weight [out_features, in_features], got shape {tuple(weight.shape)}")
+    if weight.is_meta:
+        raise ValueError(f"{fmt}: the weight is on the meta device (a shape without values, e.g. a model built "
+                         f"under init_empty_weights); load its values before quantizing")
     if weight.dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"{fmt}: weight dtype must be bf16, fp16 or fp32, got {weight.dtype}")
     n, k = weight.shape

@@ -293,3 +293,89 @@ def test_summary_json_is_replaced_atomically(tmp_path, monkeypatch):
         run_tiny(tmp_path, EASY + ["train.steps=3"])
     assert (tmp_path / "summary.json").read_text() == old and json.loads(old)["status"] == "finished"
     assert not [p.name for p in tmp_path.iterdir() if "summary.json" in p.name and p.name != "summary.json"]
+
+
+# ---- round three (issue 31) -------------------------------------------------------------------------
+def _poison(step_dir, step: int) -> str:
+    """NaN in one adapter weight, with a manifest that matches (tampered, or an older rlx's save)."""
+    from safetensors.torch import load_file, save_file
+
+    f = step_dir / ADAPTER
+    weights = load_file(str(f))
+    name = sorted(weights)[0]
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, str(f), metadata={"format": "pt"})
+    write_manifest(step_dir, step)
+    return name
+
+
+def test_non_finite_adapter_weights_are_refused_on_load_and_the_model_left_untouched(tmp_path, policy):
+    ck = Checkpointer(tmp_path / "ckpt")
+    ck.save(2, policy, _state(policy, 2))
+    ck.save(4, policy, _state(policy, 4))
+    name = _poison(tmp_path / "ckpt/step_4", 4)
+    verify(tmp_path / "ckpt/step_4")  # the checksums agree: only the values are wrong
+    before = _trainable(policy)
+    with pytest.raises(CorruptCheckpointError, match=rf"{re.escape(ADAPTER)} holds non-finite weights: "
+                                                     rf"{re.escape(name)} has 1 nan/inf"):
+        Checkpointer.load(tmp_path / "ckpt/step_4", policy)
+    assert all(torch.equal(before[n], q) for n, q in _trainable(policy).items())
+    logs = []
+    path, state = ck.load_latest(policy, logs.append)
+    assert path.name == "step_2" and state["step"] == 2 and "holds non-finite weights" in logs[0]
+
+
+def test_non_finite_newest_checkpoint_resumes_from_the_intact_one(tmp_path, finished_run, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    _poison(run / "ckpt/step_4", 4)
+    capsys.readouterr()
+    run_tiny(run, EASY)  # main: loaded the NaN and stopped at the next update with a non-finite loss
+    out = capsys.readouterr().out
+    assert f"[resume] skipping checkpoint {run / 'ckpt/step_4'}: {ADAPTER} holds non-finite weights" in out
+    assert f"[resume] from {run / 'ckpt/step_2'} (step 2)" in out
+    assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(finished_run))
+
+
+@pytest.mark.parametrize("bad,why", [
+    (b'{"step": "1", "a": 1}', 'line 2 has step "1", not a whole number >= 0'),
+    (b'{"step": null}', "line 2 has step null"),
+    (b'{"step": 1e400}', "line 2 has step inf"),  # read as inf: main kept it, and step 1 vanished on resume
+    (b'{"step": 1, "a\xff": 2}', r"line 2 is not valid UTF-8 \(byte 14\)"),  # 0-based; main: a garbage key
+])
+def test_malformed_middle_metrics_line_is_an_error_naming_file_and_line(tmp_path, bad, why):
+    from rlx.logging import MetricsFileError, RunLogger
+    from rlx.runs import read_run
+
+    path = tmp_path / "metrics.jsonl"
+    body = b'{"step": 0}\n' + bad + b'\n{"step": 2}\n'
+    path.write_bytes(body)
+    with pytest.raises(MetricsFileError, match=rf"{re.escape(str(path))}: {why}"):
+        RunLogger(compose(TINY), tmp_path, None, resume_step=1)
+    assert path.read_bytes() == body  # nothing dropped
+    run = read_run(tmp_path)  # a report over a damaged sweep skips it and counts it
+    assert [r["step"] for r in run.records] == [0, 2] and run.skipped_lines == 1
+
+
+def test_full_disk_during_a_checkpoint_is_the_last_error_even_if_summary_json_fails_too(tmp_path, monkeypatch, capsys):
+    import errno
+    import pathlib
+
+    real_save, real_write = torch.save, pathlib.Path.write_text
+
+    def disk_full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def summary_too(self, data, *a, **k):
+        if "summary.json" in self.name:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real_write(self, data, *a, **k)
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    monkeypatch.setattr(pathlib.Path, "write_text", summary_too)
+    with pytest.raises(OSError, match=r"no space left on device while writing checkpoint step_2 .*free some space "
+                                      r"and rerun the same command to resume") as e:
+        run_tiny(tmp_path, EASY + ["train.steps=2"])
+    assert "summary.json" not in str(e.value)  # main: the summary's generic ENOSPC was the one raised
+    assert "[run] summary.json could not be written either" in capsys.readouterr().out
+    monkeypatch.setattr(torch, "save", real_save)
