@@ -80,3 +80,30 @@ def test_bf16_autocast_is_close_to_full():
         got = _grads(lambda h, x, t: chunked_head(h, x, t, 1.0, False, 7, False), head2, hidden2, target2, coef2)
     torch.testing.assert_close(got["logp"], ref["logp"], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(got["h"], ref["h"], rtol=2e-2, atol=2e-2)
+
+
+def _largest_saved(fn) -> int:
+    """numel of the largest tensor autograd keeps for the backward while `fn` runs."""
+    sizes = []
+
+    def pack(t):
+        sizes.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return max(sizes)
+
+
+@pytest.mark.parametrize("V", [1000, 8000])
+def test_what_the_backward_keeps_grows_with_the_chunk_not_with_V(V):
+    """The full path keeps [M, V] log-probs for its backward; the chunked one keeps hidden states and
+    one log-sum-exp per token, whatever V (and the weight, which the model holds anyway)."""
+    M, H = 300, 16
+    head = nn.Linear(H, V, bias=False)
+    hidden = torch.randn(M, H, requires_grad=True)
+    target = torch.randint(0, V, (M,))
+    full = _largest_saved(lambda: full_head(head, hidden, target, 1.0, False, False))
+    chunked = _largest_saved(lambda: chunked_head(head, hidden, target, 1.0, False, 64, False))
+    assert full >= M * V
+    assert chunked == max(V * H, M * H)  # the head weight itself, or the hidden states; nothing [M, V]
