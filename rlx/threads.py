@@ -1,12 +1,16 @@
 """torch's CPU threads sized to the cores that are free (`trainer.threads=-1`, the default).
 
 On a machine shared with other jobs, torch's default (one OpenMP thread per core) makes every op
-wait at a barrier for a thread that the kernel has descheduled to run the other job: on 2 cores with
-one busy process, the default experiment went from ~0.2 s to 7-26 s per step (docs/threads.md).
-One thread per *free* core avoids that and keeps the idle speed. The free cores are measured, not
-guessed: /proc/stat gives the busy time of all processes, /proc/self/stat this process's own, and
-their difference over the last interval is what the others used. `tick()` re-measures between RL
-steps, so a job that starts or ends mid-run changes the count at the next step.
+wait at a barrier for a thread that the kernel has descheduled to run the other job (measured in
+docs/threads.md). One thread per *free* core avoids that and keeps the idle speed. The free cores
+are measured, not guessed: /proc/stat gives the busy time of all processes, and this process's own
+(its children included: the reward workers) is taken out; what remains over the last interval is
+what the others used. `tick()` re-measures between RL steps, so a job that starts or ends mid-run
+changes the count at the next step. The count never exceeds this process's share of the cores:
+cores / LOCAL_WORLD_SIZE under torchrun, and OMP_NUM_THREADS when it is set.
+
+A different thread count can change a float sum in its last bits, so a rerun (or a resume after a
+kill) is bitwise the same only with a fixed `trainer.threads=N` (the tests use 1).
 """
 
 from __future__ import annotations
@@ -38,15 +42,51 @@ def _busy_s() -> float | None:
 
 
 def _own_s() -> float:
+    """CPU seconds of this process and of its live children (reward workers, a vLLM helper)."""
     t = os.times()
-    return t.user + t.system
+    return t.user + t.system + t.children_user + t.children_system + _live_children_s()
+
+
+def _live_children_s() -> float:
+    """CPU seconds of the children still running (os.times() counts only children that were waited for)."""
+    total = 0.0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / _CLK  # utime stime (fields 14, 15)
+            except (OSError, IndexError, ValueError):
+                continue
+    return total
+
+
+def share() -> int:
+    """The most threads this process may use: its cores, split among torchrun's local ranks, and
+    no more than OMP_NUM_THREADS when that is set."""
+    n = _cores() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        n = min(n, int(omp))
+    return max(1, n)
 
 
 class ThreadGovernor:
     """Sets torch.set_num_threads to the cores the other processes left free over the last interval."""
 
-    def __init__(self, cores: int | None = None, busy=_busy_s, own=_own_s, clock=time.monotonic):
+    def __init__(self, cores: int | None = None, busy=_busy_s, own=_own_s, clock=time.monotonic,
+                 limit: int | None = None):
         self.cores = cores or _cores()
+        self.limit = limit or share()  # never more threads than this process's share
         self.threads = torch.get_num_threads()
         self._busy_s, self._own_s, self._clock = busy, own, clock  # the counters (tests pass their own)
         self._mark()
@@ -68,7 +108,7 @@ class ThreadGovernor:
         if others is not None:
             # a core counts as taken when another process kept it busy more than 60% of the interval
             free = self.cores - int(others + 0.4)
-            want = max(1, min(self.cores, free))
+            want = max(1, min(self.limit, free))
             if want != self.threads:
                 torch.set_num_threads(want)
                 self.threads = want

@@ -5,7 +5,7 @@ tokens, sampled once by the hf engine from the model), then `rlx.algo.update` on
 under each setting, alternating (plain, chunk, ..., plain, chunk, ...), with the parameters and a
 fresh AdamW restored before every call:
 
-  plain   today's default split: fixed blocks of algo.micro_batch_size rows over the padded width
+  plain   the split before the lean defaults: fixed blocks of algo.micro_batch_size rows over the padded width
   chunk   + algo.logprob_chunk (LM head in chunks, only on the positions the loss uses)
   tokens  + algo.micro_batch_tokens (rows binned by length, no all-padding columns)
   shared  + algo.shared_prefix (each prompt once per group)

@@ -98,6 +98,9 @@ def chunked_head(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, te
     if type(head) is nn.Linear:
         dtype = head_dtype(hidden, head.weight, fp32_head)
         return _ChunkedHead.apply(hidden, head.weight, head.bias, target, inv_temp, chunk, dtype, want_entropy)
+    if hidden.shape[0] == 0:  # no position needs a log-prob (every row's loss mask is empty)
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if want_entropy else None)
     from torch.utils.checkpoint import checkpoint
 
     pieces = [checkpoint(_module_chunk, head, hidden[s: s + chunk], target[s: s + chunk], inv_temp, fp32_head,

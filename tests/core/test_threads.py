@@ -34,7 +34,7 @@ def restore_threads():
 ])
 def test_threads_follow_the_free_cores(others, want, restore_threads):
     c = Counters()
-    g = ThreadGovernor(cores=4, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t)
+    g = ThreadGovernor(cores=4, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t, limit=4)
     c.run(2.0, ours=1.0, others=others)  # our own work (spinning threads included) is not "others"
     assert g.others() == pytest.approx(others)
     assert g.tick() == want == torch.get_num_threads()
@@ -42,7 +42,7 @@ def test_threads_follow_the_free_cores(others, want, restore_threads):
 
 def test_a_job_that_ends_gives_its_core_back(restore_threads):
     c = Counters()
-    g = ThreadGovernor(cores=2, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t)
+    g = ThreadGovernor(cores=2, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t, limit=2)
     c.run(1.0, ours=1.0, others=1.0)
     assert g.tick() == 1
     c.run(1.0, ours=1.0, others=0.0)  # measured over the interval since the last tick only
@@ -70,3 +70,37 @@ def test_threads_below_minus_one_are_refused():
 
     with pytest.raises(ValueError, match="trainer.threads"):
         resolve(OmegaConf.structured(TrainerConfig(device="cpu", threads=-2)))
+
+
+def test_share_splits_the_cores_among_local_ranks_and_honours_omp(monkeypatch, restore_threads):
+    import rlx.threads as T
+
+    monkeypatch.setattr(T, "_cores", lambda: 16)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")  # torchrun, 8 ranks on one 16-core node
+    assert T.share() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a user's (or torchrun's) own setting is a ceiling
+    assert T.share() == 1
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert T.share() == 16
+    c = Counters()
+    g = ThreadGovernor(cores=16, busy=lambda: c.busy, own=lambda: c.own, clock=lambda: c.t, limit=2)
+    c.run(1.0, ours=1.0, others=0.0)  # an idle node: still only this rank's share
+    assert g.tick() == 2
+
+
+def test_children_count_as_our_own_work():
+    """A busy child (a reward worker) is this process's work, not another job's."""
+    import subprocess
+    import sys
+    import time
+
+    from rlx.threads import _own_s
+
+    before = _own_s()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    time.sleep(1.0)
+    during = _own_s()
+    child.wait()
+    assert during - before > 0.2  # the running child's CPU time is in (os.times alone would miss it)

@@ -107,3 +107,11 @@ def test_what_the_backward_keeps_grows_with_the_chunk_not_with_V(V):
     chunked = _largest_saved(lambda: chunked_head(head, hidden, target, 1.0, False, 64, False))
     assert full >= M * V
     assert chunked == max(V * H, M * H)  # the head weight itself, or the hidden states; nothing [M, V]
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["linear", "module"])
+def test_no_position_needs_a_logprob(wrap):
+    head, hidden, target, _ = _case(False, True)
+    module = nn.Sequential(head) if wrap else head
+    logp, ent = chunked_head(module, hidden[:0], target[:0], 1.0, False, 4, True)
+    assert logp.shape == (0,) and ent.shape == (0,)
