@@ -17,6 +17,7 @@ ConnectionResetError or BrokenPipeError) scores its message 0 and is replaced; b
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 import traceback
 from collections import deque
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 READY, RAISED = "ready", "raised"  # the worker's start-up reply; a raised exception (with its traceback)
+STARTUP_DEATHS = 3  # workers dead before READY, in a row, that mean the set-up itself is broken
 
 
 class WorkerSetupError(RuntimeError):
@@ -56,6 +58,20 @@ def serve(conn, mem_mb: int, setup, handle) -> None:
         if msg is None:
             return
         conn.send(handle(state, msg))
+
+
+def exit_status(proc) -> str:
+    """How a dead worker process ended, in words: 'exited with code 1', 'was killed by SIGSEGV (-11)'."""
+    proc.join(timeout=5)  # its pipe closed: it is exiting
+    code = proc.exitcode
+    if code is None:
+        return "closed its pipe but is still running"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name} ({code})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 @dataclass
@@ -96,6 +112,7 @@ class WorkerPool:
         self.timeout_s, self.mem_mb, self.startup_s = float(timeout_s), int(mem_mb), float(startup_s)
         self.procs: list[_Proc] = []
         self.stats = {"timeouts": 0, "refused": 0, "errors": 0}
+        self.startup_deaths = 0  # workers that died before READY since one last got ready
 
     # ---- processes ----------------------------------------------------------------------------
     def _spawn(self) -> _Proc:
@@ -181,18 +198,26 @@ class WorkerPool:
                 if kind == RAISED:
                     self._drop(p)
                     raise WorkerSetupError(f"{self.name}: the worker's set-up raised:\n{value}")
-                p.ready = True
+                p.ready, self.startup_deaths = True, 0
                 continue
             batch.finish(p.item, (kind, value))
             p.item = None
 
     def _died(self, p: _Proc, batch: _Batch) -> None:
-        """Score the message it held 0 (one waiting message, if it died starting: progress either way)."""
+        """Score the message it held 0. A worker dead before READY held none (messages go to ready workers
+        only); STARTUP_DEATHS of those in a row stop the batch with WorkerSetupError."""
         self.stats["errors"] += 1
         if p.item is not None:
             batch.finish(p.item, None)
-        elif batch.pending:
-            batch.finish(batch.pending.popleft(), None)
+        elif not p.ready:
+            self.startup_deaths += 1
+            if self.startup_deaths >= STARTUP_DEATHS:
+                self.startup_deaths = 0  # a later call gets a fresh start
+                cause = exit_status(p.proc)
+                self._drop(p)
+                raise WorkerSetupError(f"{self.name}: {STARTUP_DEATHS} workers in a row died while starting (in their "
+                                       f"imports / set-up, before any was ready; the last {cause}); no reward can "
+                                       f"be scored, fix the set-up")
         self._replace(p)
 
     def _expire(self, batch: _Batch) -> None:

@@ -1,6 +1,7 @@
 """Rewards bounded on every call (issue 31): a call's deadline counts from the moment a READY worker
 gets it, a killed worker is replaced at once by a standby, a small pool scores a batch in parallel, and
-a worker that dies (at start-up or mid-call) scores 0, is counted and restarted."""
+a worker that dies mid-call scores 0, is counted and restarted, one that dies before it is ready costs
+no message, and a set-up that always dies is an error naming the pool and the exit status."""
 
 import json
 import time
@@ -81,12 +82,43 @@ def test_one_hang_does_not_serialise_the_rest_of_the_batch():
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.5])  # dead before or after our message reached its pipe
-def test_a_worker_that_dies_at_start_up_scores_zero_and_is_restarted(delay):
-    pool = WorkerPool(W.exits_at_start, delay, size=1, spares=1, timeout_s=5.0)
+def test_a_set_up_that_always_dies_is_an_error_not_zero_rewards(delay):
+    # main scored one pending message 0 per death and restarted forever: [None, None, None], training on
+    # zero rewards; now the 3rd start-up death in a row (no worker ever ready) stops the batch by name
+    pool = WorkerPool(W.exits_at_start, delay, size=1, spares=1, timeout_s=5.0, name="rlx-test-pool")
     t0 = time.time()
-    assert pool.map(["a", "b", "c"]) == [None, None, None]  # never BrokenPipeError / ConnectionResetError
+    with pytest.raises(WorkerSetupError, match=r"rlx-test-pool: 3 workers in a row died while starting.*"
+                                               r"exited with code 1"):  # never BrokenPipeError / ConnectionResetError
+        pool.map(["a", "b", "c"])
     assert pool.pop_stats()["errors"] == 3 and time.time() - t0 < 30
     pool.close()
+
+
+def test_a_segfault_at_start_up_is_named():
+    pool = WorkerPool(W.segfaults_at_start, size=1, spares=0, timeout_s=5.0)
+    with pytest.raises(WorkerSetupError, match=r"rlx-worker: 3 workers in a row .*killed by SIGSEGV \(-11\)"):
+        pool.ask("a")
+    pool.close()
+
+
+def test_a_worker_that_dies_at_start_up_costs_no_message(tmp_path):
+    # the first of the two workers dies before READY, holding no message: all three are answered by the other
+    # (main scored a pending message 0 for it, one it never received: "a" or "b" came back None)
+    pool = WorkerPool(W.dies_once_at_start, str(tmp_path / "died"), size=1, spares=1, timeout_s=5.0)
+    assert pool.map(["a", "b", "c"]) == [("ok", "a"), ("ok", "b"), ("ok", "c")]
+    assert pool.pop_stats() == {"timeouts": 0, "refused": 0, "errors": 1}
+    pool.close()
+
+
+def test_a_user_reward_whose_import_segfaults_names_the_reward():
+    from rlx.tasks.user_rewards import RewardFunctionError, UserRewards
+
+    spec = "tests.tasks.crash_reward:score"
+    rewards = UserRewards([spec], timeout_s=5.0)
+    with pytest.raises(RewardFunctionError, match=r"(?s)could not start \(importing \['tests.tasks.crash_reward:score'"
+                                                  r"\]\).*3 workers in a row died.*SIGSEGV"):
+        rewards(spec, {"completions": ["1"], "prompts": ["q"]})
+    rewards.close()
 
 
 def test_a_worker_that_dies_mid_call_scores_zero_and_the_rest_go_on():

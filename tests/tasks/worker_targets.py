@@ -1,6 +1,7 @@
 """Worker targets for the WorkerPool tests (module level, so a spawn child can import them)."""
 
 import os
+import signal
 import time
 
 from rlx.tasks.workers import serve
@@ -40,3 +41,18 @@ def _slow_setup():
 
 def slow_start(conn, mem_mb, arg=None):
     serve(conn, mem_mb, _slow_setup, _echo)
+
+
+def segfaults_at_start(conn, mem_mb, arg=None):
+    """Set-up that crashes hard (a C extension's segfault on import): no traceback, no reply."""
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def dies_once_at_start(conn, mem_mb, arg):
+    """The first worker to start (it creates the marker file `arg`) dies before it is ready; the others serve."""
+    try:
+        os.close(os.open(arg, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        serve(conn, mem_mb, lambda: None, _echo)
+        return
+    os._exit(1)
