@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from rlx.config import TaskConfig
 from rlx.tasks import build_task
 from rlx.tasks.rewards import REWARDS, final_answer
-from rlx.tasks.verify import PROSE, WHOLE, candidates
+from rlx.tasks.verify import PROSE, WHOLE, candidates, unwrap
 
 GSM8K = Path("/work/shared/data/gsm8k/train.jsonl")
 
@@ -95,13 +95,13 @@ def test_the_final_answer_convention():
     assert final_answer("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\frac{1}{2}"
     assert final_answer("#### 3 and \\boxed{4}") == "3 and \\boxed{4}"  # '####' first
     assert final_answer(" just 7 ") == "just 7"
-    assert candidates("33") == [(WHOLE, "33")]
-    assert candidates("6.") == [(WHOLE, "6")]  # a sentence's full stop
-    assert candidates("33%") == [(WHOLE, "33%"), (WHOLE, "33")]
-    assert candidates("The answer is 10.") == [(PROSE, "The answer is 10")]  # no LaTeX: math-verify extracts
-    assert candidates("The answer is $\\frac{1}{2}$.") == [(WHOLE, "\\frac{1}{2}")]  # the last delimited math
-    assert candidates("so it is \\frac{1}{2}") == []  # undelimited LaTeX in prose: nothing verifiable
-    assert candidates("\\frac{1}{2}}") == [] and candidates("") == []  # unbalanced braces, nothing
+    assert candidates("33", "33") == [(WHOLE, "33")]
+    assert candidates("6.", "6") == [(WHOLE, "6")]  # a sentence's full stop
+    assert candidates("33%", "33") == [(WHOLE, "33%"), (WHOLE, "33")]  # a whole-number gold: the % may go
+    assert candidates("The answer is 10.", "10") == [(PROSE, "The answer is 10")]  # no LaTeX: math-verify extracts
+    assert candidates("The answer is $\\frac{1}{2}$.", "0.5") == [(WHOLE, "\\frac{1}{2}")]  # the last delimited math
+    assert candidates("so it is \\frac{1}{2}", "0.5") == []  # undelimited LaTeX in prose: nothing verifiable
+    assert candidates("\\frac{1}{2}}", "0.5") == [] and candidates("", "1") == []  # unbalanced braces, nothing
 
 
 def test_format_accepts_ascii_digits_only():
@@ -111,3 +111,25 @@ def test_format_accepts_ascii_digits_only():
     fmt = REWARDS["format"]
     assert [fmt(c, ex) for c in ["12", " -3 ", "\uff11\uff12", "\u0661\u0662", "\u0967", "1\u00a02"]] == [
         1.0, 1.0, 0.0, 0.0, 0.0, 0.0]  # fullwidth, Arabic-Indic and Devanagari digits; a no-break space inside
+
+
+def test_markdown_emphasis_around_the_answer_is_not_part_of_it(tmp_path):
+    # SmolLM2's chat answers come bold: main handed "**18**" to math-verify, which reads no number in it (0)
+    t = _task(tmp_path, "18")
+    right = ["#### **18**", "#### __18__", "#### *18*", "#### _18_", "#### ***18***", "#### **18**.", "#### **18.**",
+             "\\boxed{**18**}", "#### **18.0**"]
+    assert _scores(t, right) == [1.0] * len(right)
+    assert _scores(t, ["#### **19**", "#### **18", "#### 1_8"]) == [0.0] * 3  # another number; unclosed; a subscript
+    # wrappers only, matching at both ends: nothing inside a number or an expression is touched
+    assert [unwrap(a) for a in ["**18**", "***18***.", "**_18_**", " _5_ ", "1_000", "2*3*4", "*2*3", "** 18 **", "x_1"]] == [
+        "18", "18", "18", "5", "1_000", "2*3*4", "*2*3", "** 18 **", "x_1"]
+
+
+def test_a_percent_sign_is_dropped_only_where_it_cannot_change_the_value(tmp_path):
+    t = _task(tmp_path, "0.5")  # 0.5% is 0.005, not 0.5: main tried "0.5" without its % and scored it 1
+    assert _scores(t, ["#### 0.5%", "#### 0.5\\%", "#### **0.5%**", "#### 0.5"]) == [0.0, 0.0, 0.0, 1.0]
+    assert candidates("0.5%", "0.5") == [(WHOLE, "0.5%")]
+    t = _task(tmp_path, "33")  # a whole-number gold (GSM8K's "what percent"): 33% is the 33 asked for
+    assert _scores(t, ["#### 33%", "#### 33.0\\%", "#### **33%**", "#### 34%"]) == [1.0, 1.0, 1.0, 0.0]
+    t = _task(tmp_path, "12.5%")  # a percentage gold: compared with a percentage answer, both without their %
+    assert _scores(t, ["#### 12.5%", "#### 12.50%", "#### 12.5 %", "#### 13%"]) == [1.0, 1.0, 1.0, 0.0]
