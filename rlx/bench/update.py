@@ -59,7 +59,8 @@ def compose(overrides: list[str]):
 
 def base_overrides(a) -> list[str]:
     model = [f"model={a.model}"] if a.model else []
-    return model + ["task=wordproblems", "task.steps=1", "rollout=hf", f"rollout.prompts_per_step={a.prompts}",
+    task = ["task=wordproblems", "task.steps=1"] if a.task == "wordproblems" else [f"task={a.task}"]
+    return model + task + ["rollout=hf", f"rollout.prompts_per_step={a.prompts}",
                     f"rollout.group_size={a.group}", f"rollout.max_new_tokens={a.max_new}",
                     f"algo.micro_batch_size={a.micro}", f"trainer.threads={a.threads}", "logger.mode=disabled",
                     f"seed={a.seed}"] + list(a.override)
@@ -171,6 +172,7 @@ def mem_worker(a) -> dict:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2", help="model group (smollm2, tiny, hf with --override model.path=...)")
+    p.add_argument("--task", default="wordproblems", help="task group (wordproblems: its 1-step problems)")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--max-new", type=int, default=160)

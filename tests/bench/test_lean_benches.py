@@ -1,0 +1,29 @@
+"""Smoke runs of the lean-compute benchmarks on the tiny model (their figures go to docs, not to tests)."""
+
+import pytest
+
+from tests.conftest import TINY
+
+
+def test_update_bench_runs_every_setting(tmp_path):
+    from rlx.bench.update import DEFAULT_SETTINGS, main
+
+    tiny = [f"--override={o}" for o in TINY if o.startswith("model.")]
+    rows = main(["--model", "tiny", "--task", "arith", "--prompts", "3", "--group", "2", "--max-new", "6",
+                 "--micro", "4", "--repeats", "1", "--work", str(tmp_path), *tiny])
+    assert list(rows) == DEFAULT_SETTINGS.split(",")
+    # the levers remove work: fewer decoder token slots with a token budget and a shared prefix,
+    # fewer head tokens once padding is skipped
+    assert rows["lean"]["decoder_tokens"] < rows["plain"]["decoder_tokens"]
+    assert rows["chunk"]["head_tokens"] <= rows["plain"]["head_tokens"]
+    assert all(r["cpu_s"] > 0 for r in rows.values())
+
+
+@pytest.mark.parametrize("conditions", ["idle,busy"])
+def test_threads_bench_runs_idle_and_busy(tmp_path, conditions):
+    from rlx.bench.threads import main
+
+    extra = [f"--override={o}" for o in TINY if not o.startswith(("train.", "logger.", "trainer."))]
+    rows = main(["--steps", "3", "--repeats", "1", "--settings", "one,auto", "--conditions", conditions,
+                 "--out", str(tmp_path / "threads.json"), *extra])
+    assert set(rows) == {"one", "auto"} and all(v["idle"] > 0 and v["busy"] > 0 for v in rows.values())
