@@ -54,9 +54,9 @@ def check(cfg) -> D.Trainer:
 
 def check_finetune(cfg, world_size: int = 1) -> None:
     """model.finetune, and what full fine-tuning cannot do: the knobs that need a LoRA adapter or a frozen
-    (quantized) base, and FSDP over N ranks (its layer shards would sit beside whole embeddings and head,
-    which the gradient clip and the engines' head cannot mix). model.lora.* is ignored with full (the
-    model groups set it), not refused."""
+    (quantized) base, 16-bit weights (model.dtype: AdamW's small steps round away in them), and FSDP over
+    N ranks (its layer shards would sit beside whole embeddings and head, which the gradient clip and the
+    engines' head cannot mix). model.lora.* is ignored with full (the model groups set it), not refused."""
     from rlx.models import FINETUNE
 
     m = cfg.model
@@ -64,6 +64,10 @@ def check_finetune(cfg, world_size: int = 1) -> None:
         raise ValueError(f"model.finetune: '{m.finetune}' is not one of {list(FINETUNE)}")
     if m.finetune != "full":
         return
+    if m.dtype in ("bfloat16", "float16"):  # AdamW steps below half a unit in the last place (bf16: 2^-8) round away
+        raise ValueError(f"model.finetune=full with model.dtype={m.dtype} is not supported: AdamW would update "
+                         f"{m.dtype} weights in place, where small updates vanish; use model.dtype=float32 with "
+                         f"trainer.dtype=bf16 (bf16 autocast forwards, fp32 weights and optimizer)")
     for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (a quantized base is frozen: "
                                                     f"only a LoRA adapter trains on it)"),
                       (cfg.extrapolation.type != "none", f"extrapolation.type={cfg.extrapolation.type} (NExt and "

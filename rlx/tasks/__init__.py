@@ -13,11 +13,16 @@ FILE_TASKS = ("file", "jsonl")
 
 def check_task_config(cfg) -> None:
     """What can be checked of task.* without reading data: the task name, every reward entry
-    (registered, or an importable function with TRL's signature) and a file task's paths. Called before
-    any model is built."""
+    (registered, or an importable function with TRL's signature), task.holdout (file tasks only) and a
+    file task's paths. Called before any model is built."""
     if cfg.name not in TASKS:
         raise ValueError(f"task.name: unknown task '{cfg.name}'; registered: {sorted(TASKS)}")
     check_reward_specs(cfg.rewards)
+    holdout = cfg.get("holdout", 0)
+    if holdout and cfg.name not in FILE_TASKS:  # nothing else reads it: refused, not silently ignored
+        raise ValueError(f"task.holdout={holdout} carves a file task's held-out split out of task.train_path, but "
+                         f"task.name={cfg.name} generates its own held-out split (task.n_eval={cfg.n_eval}); set "
+                         f"task.holdout=0, or use a file task (task.name=file)")
     if cfg.name in FILE_TASKS:
         check_paths(cfg)  # the data files exist (not read yet), task.holdout fits task.eval_path / task.n_eval
 

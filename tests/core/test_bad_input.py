@@ -51,6 +51,13 @@ BAD = [
     (["quant.format=int3"], "quant.format"),
     (["quant.kernel=bogus"], "quant.kernel"),
     (["task.rewards={}"], "task.rewards is empty"),
+    # task.holdout carves a file's held-out split: on a generated task nothing read it (silently ignored)
+    (["task.holdout=10"], "task.holdout=10 carves a file task's held-out split"),
+    (["task.holdout=10"], "but task.name=arith generates its own"),
+    (["task=wordproblems", "task.holdout=5"], "but task.name=wordproblems generates its own"),
+    # AdamW on 16-bit weights: an update below half a unit in the last place rounds away (bf16: 2^-8 relative)
+    (["model.finetune=full", "model.dtype=bfloat16"], "model.finetune=full with model.dtype=bfloat16"),
+    (["model.finetune=full", "model.dtype=float16"], "model.finetune=full with model.dtype=float16"),
 ]
 
 
