@@ -188,8 +188,8 @@ class RolloutConfig:
     eval_temperature: float = 1.0  # temperature of the mean@k samples
     eval_top_p: Optional[float] = None  # nucleus mass of the mean@k samples (null = rollout.top_p)
     eval_top_k: Optional[int] = None  # top-k of the mean@k samples (null = rollout.top_k; 0 = off)
-    # sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = the engine's
-    # own batch (hf: rollout.batch_size, vllm: rollout.vllm.max_num_seqs)
+    # sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = sized by
+    # the speed of the calls so far (~30 s each), up to the engine's own batch (hf batch_size, vllm max_num_seqs)
     eval_chunk: int = 0
     batch_size: int = 512  # hf: sequences generated at once
     vllm: VLLMConfig = field(default_factory=VLLMConfig)

@@ -9,8 +9,9 @@ One set (task.eval empty): `val/acc`, `val/mean_at_k`, `val/k`, as always. Named
 `val/mean_at_k` (verl logs `val-core/<source>/...` per source; the mean keeps every reader of
 `val/acc` -- reports, sweeps, the scaling fit -- working).
 
-Generation goes in chunks of `rollout.eval_chunk` sequences (default: the engine's own batch) so that
-progress can be shown after each (`EvalProgress`). Every row's sampling seed is drawn up front, in the
+Generation goes in chunks so that progress can be shown after each (`EvalProgress`): of
+`rollout.eval_chunk` sequences, or by default sized by the speed of the calls so far (about one
+every 30 s, up to the engine's own batch: `next_chunk`). Every row's sampling seed is drawn up front, in the
 order one engine call per pass would draw them, and handed to the engine with the row: a row's tokens
 depend on its seed alone (docs/engine.md), so chunking changes no sample and no metric.
 """
@@ -112,7 +113,7 @@ def eval_sampling(rollout, sampling: SamplingParams | None = None) -> tuple[Samp
                     (rollout.eval_max_new_tokens is None or rollout.eval_max_new_tokens >= 1, "eval_max_new_tokens must be >= 1"),
                     (rollout.eval_temperature >= 0, "eval_temperature must be >= 0"),
                     (rollout.eval_k >= 0, "eval_k must be >= 0"),
-                    (rollout.eval_chunk >= 0, "eval_chunk must be >= 0 (0 = the engine's own batch)")):
+                    (rollout.eval_chunk >= 0, "eval_chunk must be >= 0 (0 = sized by speed, up to the engine's own batch)")):
         if not ok:
             name = key.split()[0]
             raise ValueError(f"rollout.{key}; got {rollout[name]!r}")
@@ -127,23 +128,42 @@ def eval_sampling(rollout, sampling: SamplingParams | None = None) -> tuple[Samp
     return sp.but(temperature=0.0), sampled
 
 
+FIRST_CHUNK = 32  # rollout.eval_chunk=0: the first engine call's rows; later calls are sized by its speed
+CHUNK_TARGET_S = 3 * PROGRESS_EVERY_S  # ... so that each call (one progress update) takes about this long
+
+
 def chunk_rows(rollout) -> int:
-    """Sequences per engine call: rollout.eval_chunk, else what the engine generates at once anyway."""
+    """Sequences per engine call at most: rollout.eval_chunk, else what the engine generates at once anyway."""
     if rollout.eval_chunk > 0:
         return int(rollout.eval_chunk)
     return int(rollout.vllm.max_num_seqs if rollout.engine == "vllm" else rollout.batch_size)
 
 
+def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float) -> int:
+    """Rows of the next engine call: `cap` when fixed (rollout.eval_chunk > 0); else FIRST_CHUNK, then
+    as many as the calls so far did in CHUNK_TARGET_S, within [FIRST_CHUNK // 2, cap]. A slow model
+    (SmolLM2 on a CPU) reports every half minute; a fast one goes at the engine's full batch."""
+    if fixed:
+        return cap
+    if rows_done == 0 or seconds <= 0:
+        return min(FIRST_CHUNK, cap)
+    return max(min(FIRST_CHUNK // 2, cap), min(cap, int(rows_done / seconds * CHUNK_TARGET_S)))
+
+
 def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
-                   progress: EvalProgress) -> list[str]:
+                   progress: EvalProgress, fixed: bool = True) -> list[str]:
     """n completions per prompt, prompt-major ([len(prompts) * n], as engine.generate(prompts, n) orders
-    them), `chunk` rows per engine call, row i sampled from seeds[i]."""
+    them), at most `chunk` rows per engine call (`fixed`: exactly), row i sampled from seeds[i], so
+    the split changes no sample."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
-    for s in range(0, len(rows), chunk):
-        batch = engine.generate(rows[s: s + chunk], 1, sp, None, seeds=seeds[s: s + chunk])
+    s, t0 = 0, time.monotonic()
+    while s < len(rows):
+        size = next_chunk(chunk, fixed, s, time.monotonic() - t0)
+        batch = engine.generate(rows[s: s + size], 1, sp, None, seeds=seeds[s: s + size])
         texts += batch.texts
         progress.update(len(batch), int(batch.completion_mask.sum()))
+        s += size
     return texts
 
 
@@ -168,8 +188,9 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
     with EvalProgress(len(prompts) * (1 + k), label, show=show, bar=bar) as progress:
         progress.start(f"{len(prompts)} prompts: {len(prompts)} greedy + {k} x {len(prompts)} sampled sequences "
                        f"(up to {greedy_sp.max_tokens} tokens), {chunk} per engine call")
-        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress)  # [sum(P)]
-        sampled = generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress) if k else None
+        fixed = rollout.eval_chunk > 0
+        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress, fixed)  # [sum(P)]
+        sampled = generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress, fixed) if k else None
     out, i = [], 0
     for name, ex in zip(names, sets):  # scored set by set, greedy first, as always (import-path rewards see these batches)
         passed, reward = _scored(task, ex, greedy[i: i + len(ex)])

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from rlx.eval import cli
-from rlx.eval.metrics import default_ks, majority, parse_ks, pass_at_k, set_metrics
+from rlx.eval.metrics import default_ks, majority, parse_ks, pass_at_k, set_metrics, vote_key
 from rlx.runs import read_metrics
 from tests.conftest import ROOT
 
@@ -54,6 +54,24 @@ def test_majority_ignores_empty_answers():
     assert majority(["", "", "2"], [False, False, True]) is True  # two empty answers are no votes
     assert majority(["", ""], [False, False]) is False  # no vote at all
     assert majority(["5", "6", "6"], [True, False, False]) is False  # "6" has 2 of 3 votes
+
+
+def test_majority_counts_one_answer_however_it_is_written():
+    from fractions import Fraction
+
+    # "18", "18.0", " 18 " and "**18**." are one answer (4 votes) against "17" (2 votes): the 18s win and the
+    # first of them (sample 0) passed; main counted 4 different strings of one vote each, so "17" won (2)
+    answers = ["18", "17", "18.0", "17", " 18 ", "**18**."]
+    passed = [True, False, True, False, True, True]
+    assert majority(answers, passed) is True
+    # 18 (as 36/2 and 18) and 17 have 2 votes each; the tie goes to the value seen first, 36/2, which passed
+    assert majority(["36/2", "17", "1,000", "17", "18"], [True, False, False, False, True]) is True
+    assert majority(["36/2", "17", "18"], [False, True, True]) is False  # 18: 2 votes; the first (36/2) failed
+    assert [vote_key(a) for a in ["18", "-3.50", "1,000", ".5", "1/2", "  ", None]] == [
+        Fraction(18), Fraction(-7, 2), Fraction(1000), Fraction(1, 2), Fraction(1, 2), None, None]
+    # plain numerals only, never evaluated: exponents, sums, hex and malformed groups stay text
+    assert [vote_key(a) for a in ["1e1", "2+8", "0x0A", "1,00", "1/0"]] == ["1e1", "2+8", "0x0A", "1,00", "1/0"]
+    assert majority(["1e1", "10", "2+8", "10"], [True, False, True, False]) is False  # "10" 2 votes; no 1e1 = 10
 
 
 def test_ks():
@@ -157,6 +175,22 @@ def test_bad_input_is_refused_before_any_model(run_dir, tmp_path):
         cli.main([str(no_ckpt)])
 
 
+def test_rlx_eval_applies_trainer_threads(monkeypatch):
+    import torch
+
+    base = [a for a in RUN if not a.startswith("trainer.threads=")]
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the governor's ceiling (rlx.threads.share): it can only pick 1
+    try:
+        torch.set_num_threads(2)
+        cli.prepare([*base, "trainer.threads=-1"])  # main left torch at 2 here: -1 was never applied
+        assert torch.get_num_threads() == 1
+        cli.prepare([*base, "trainer.threads=3"])
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_corrupt_checkpoint_is_refused(run_dir, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(run_dir / ".hydra", bad / ".hydra")
@@ -167,3 +201,13 @@ def test_corrupt_checkpoint_is_refused(run_dir, tmp_path):
         cli.prepare([str(bad)])
     with pytest.raises(ValueError, match="adapter_model.safetensors is corrupt"):
         cli.prepare([str(bad / "ckpt" / "step_2")])
+
+
+def test_default_eval_chunks_are_sized_by_speed():
+    from rlx.evaluation import CHUNK_TARGET_S, FIRST_CHUNK, next_chunk
+
+    assert next_chunk(512, False, 0, 0.0) == FIRST_CHUNK  # the first call: a small probe
+    # 32 rows took 64 s (SmolLM2 on a CPU): 0.5 rows/s -> 15 rows per 30 s, at least FIRST_CHUNK // 2
+    assert next_chunk(512, False, 32, 64.0) == max(FIRST_CHUNK // 2, int(32 / 64.0 * CHUNK_TARGET_S))
+    assert next_chunk(512, False, 32, 0.1) == 512  # a fast model goes at the engine's full batch
+    assert next_chunk(20, True, 100, 1.0) == 20  # rollout.eval_chunk > 0: fixed
