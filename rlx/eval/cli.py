@@ -85,7 +85,11 @@ def prepare(argv: list[str] | None = None):
         raise ValueError(f"--k {args.k}: rollout.eval_k=0 draws no samples; set rollout.eval_k=N (N >= every k)")
     ks = parse_ks(args.k, n) if n else []
     eval_sampling(cfg.rollout)
-    trainer = check(cfg)
+    trainer = check(cfg)  # trainer.threads=N: N torch threads
+    if cfg.trainer.threads == -1:  # one per free core, as rlx.train.run does; evaluation keeps the first count
+        from rlx.threads import ThreadGovernor
+
+        ThreadGovernor.started()
     return args, src, cfg, ks, trainer
 
 

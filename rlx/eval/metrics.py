@@ -6,13 +6,24 @@ without replacement passes, 1 - C(n - c, k) / C(n, k), averaged over prompts. ma
 samples of each prompt, extracts each one's final answer with the task's own extraction
 (rlx.tasks.rewards.final_answer: what the `correct` reward compares), and scores the most frequent
 answer (ties: the one that appears first; an empty answer is no vote) by the pass flag of the first
-sample that gave it. mean@n is the mean pass rate over all n samples (the expected pass@1).
+sample that gave it. Answers are compared by `vote_key`: without surrounding spaces, markdown emphasis
+and a trailing full stop (rlx.tasks.verify.unwrap), and a plain numeral (`18`, `-3.50`, `1,000`, `.5`,
+`36/2`) by its exact value, so `18`, `18.0`, ` 18 `, `**18**` and `36/2` are one answer. Only plain
+numerals are read, by a regular expression and Fraction (never eval): `1e1`, `2+8` and `0x0A` stay text. mean@n is the mean pass rate over all n samples (the expected pass@1).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
+from fractions import Fraction
+
+from rlx.tasks.verify import unwrap
+
+# a plain decimal numeral (thousands commas in whole groups only) or a fraction of two whole numbers
+_DECIMAL = re.compile(r"^[-+]?(?:[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+)?(?:\.[0-9]+)?$", re.ASCII)
+_RATIO = re.compile(r"^[-+]?[0-9]+/[0-9]*[1-9][0-9]*$", re.ASCII)  # a nonzero denominator
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -22,13 +33,25 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)  # comb(m, k) = 0 for m < k: pass@k = 1
 
 
+def vote_key(answer: str | None) -> Fraction | str | None:
+    """What maj@k counts as one answer (module docstring): a plain numeral's exact value, else the unwrapped
+    text; None (no vote) for an empty answer."""
+    text = unwrap(answer) if answer else ""
+    if not text:
+        return None
+    if _RATIO.match(text) or (_DECIMAL.match(text) and any(c.isdigit() for c in text)):
+        return Fraction(text.replace(",", ""))
+    return text
+
+
 def majority(answers: list[str | None], passed: list[bool]) -> bool:
     """Whether the majority answer of these samples passes (module docstring); no vote at all: False."""
-    votes = Counter(a for a in answers if a)  # insertion order breaks ties: the first-seen answer wins
+    keys = [vote_key(a) for a in answers]
+    votes = Counter(k for k in keys if k is not None)  # insertion order breaks ties: the first-seen answer wins
     if not votes:
         return False
     top = votes.most_common(1)[0][0]
-    return passed[answers.index(top)]
+    return passed[keys.index(top)]
 
 
 def default_ks(n: int) -> list[int]:
