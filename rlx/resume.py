@@ -40,7 +40,7 @@ def resume(p, found: tuple | None) -> None:
                          f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
                          f"config does not show: run with the original values, or start a new run "
                          f"(another hydra.run.dir). Only bookkeeping keys may change on resume "
-                         f"(train.steps, evaluation/checkpoint/log intervals, logger, threads)")
+                         f"(train.steps, evaluation/checkpoint/log intervals, logger, threads, rollout.eval_chunk)")
     p.start_step, p.run_id, p.compute = st["step"], st["wandb_run_id"], st["compute"]
     p.wall_offset = p.compute["gpu_hours"] * 3600.0 / p.trainer.num_devices
     _log(f"[resume] from {latest} (step {p.start_step})")
@@ -52,6 +52,7 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "trainer.dist_timeout_s",
                      "model.cache_dir", "paper",
                      "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads
+                     "rollout.eval_chunk",  # evaluation's sequences per engine call: no sample or metric changes
                      "task.default_rewards.")  # the task file's set: what ran is task.rewards, compared
 
 

@@ -32,8 +32,28 @@ def test_resume_with_a_changed_setting_is_refused_naming_it(tmp_path):
     run_tiny(tmp_path, EASY + ["train.steps=2"])
     with pytest.raises(ValueError, match=r"algo.lr: 0.001 -> 0.01"):
         run_tiny(tmp_path, EASY + ["train.steps=4", "algo.lr=0.01"])
-    run_tiny(tmp_path, EASY + ["train.steps=4", "train.eval_every=1"])  # budget and intervals may change
+    # budget, intervals and evaluation's chunking may change
+    run_tiny(tmp_path, EASY + ["train.steps=4", "train.eval_every=1", "rollout.eval_chunk=3"])
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+def test_keys_that_change_no_number_may_change_or_appear_at_resume():
+    from omegaconf import OmegaConf
+
+    from rlx.resume import config_changes
+    from tests.conftest import TINY, compose
+
+    cfg = compose(TINY)
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    del saved["rollout"]["eval_chunk"]  # a run started before the key existed
+    assert config_changes(saved, compose(TINY + ["rollout.eval_chunk=3"])) == []  # chunking changes no sample
+    assert config_changes(saved, cfg) == []
+    # an evaluation *sampling* key changes val/* from the resume on: still refused, a key the run's config
+    # lacks included (a missing key reads as None, so only one whose value is not None shows as '<unset>')
+    del saved["rollout"]["eval_k"]
+    assert config_changes(saved, cfg) == ["rollout.eval_k: '<unset>' -> 2"]  # TINY's rollout.eval_k=2
+    saved["rollout"]["eval_k"], saved["rollout"]["eval_top_p"] = 2, 0.9
+    assert config_changes(saved, cfg) == ["rollout.eval_top_p: 0.9 -> None"]
 
 
 @pytest.mark.parametrize("how", ["enospc", "torch_zip_writer"])
