@@ -136,5 +136,5 @@ def test_the_gsm8k_experiment_carves_500_disjoint_questions(monkeypatch):
     # the first held-out problem, row 4296 (jello bathtub): 6 ft^3 x 7.5 gal x 8 lb = 360 lb of water,
     # x 1.5 tbsp = 540 tbsp, x $0.50 = $270
     assert t.eval[0].key == "train.jsonl:4296" and t.eval[0].answer == "270"
-    assert t.eval[0].prompt.endswith("write the final answer on the last line as '#### N'.")
+    assert t.eval[0].prompt.endswith("write the final answer on the last line as '#### <number>'.")
     assert [e.key for e in build_task(compose(["experiment=smollm2_gsm8k"]).task).eval] == [e.key for e in t.eval][:200]
