@@ -41,6 +41,12 @@ from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_s
 from rlx.rollout.hf import decode, encode_prompts
 
 ENGINE_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+# CPU: every prefill in one step. vLLM samples a token for every scheduled request and, for a request
+# whose step ends short of its tokens (a chunked or capped partial prefill), discards it and rewinds the
+# request's seeded generator by its offset; a CPU torch.Generator has none ("CPU Generator does not use
+# offset"). Unchunked, vLLM's step budget is at least max_model_len, so a prompt, or a preempted
+# request's prompt + output when it is recomputed, is scheduled whole or waits.
+WHOLE_PREFILLS = dict(enable_chunked_prefill=False, long_prefill_token_threshold=0)
 
 
 def _import_vllm():
@@ -94,6 +100,14 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
     if quant_format != "none" and cfg.vllm.sync == "merged":
         raise ValueError(f"rollout.vllm.sync=merged with quant.format={quant_format}: a quantized base cannot take "
                          f"merged LoRA weights; use rollout.vllm.sync=adapter (or auto)")
+
+
+def check_whole_prefills(sched) -> None:
+    """vLLM kept WHOLE_PREFILLS (a platform may override scheduler settings): else seeded sampling crashes."""
+    if sched.enable_chunked_prefill or sched.long_prefill_token_threshold:
+        raise RuntimeError(f"rollout=vllm on CPU needs whole prefills (a seeded CPU generator cannot be rewound), "
+                           f"but vLLM set enable_chunked_prefill={sched.enable_chunked_prefill}, "
+                           f"long_prefill_token_threshold={sched.long_prefill_token_threshold}")
 
 
 def _lora_layers(policy):
@@ -200,11 +214,14 @@ class VLLMEngine(RolloutEngine):
             kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(self.lora_r), max_loras=1)
         if self.on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(cfg.vllm.kv_cache_gb * (1 << 30))
+            kwargs.update(WHOLE_PREFILLS)
         else:
             kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
             kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
         set_threads = torch.set_num_threads
         self.llm = vllm.LLM(**kwargs)
+        if self.on_cpu:
+            check_whole_prefills(self.llm.llm_engine.vllm_config.scheduler_config)
         if self.on_cpu and os.environ.get("VLLM_CPU_OMP_THREADS_BIND") == "nobind":
             # vLLM's CPU worker replaces torch.set_num_threads with a no-op because it pins its
             # OpenMP threads; with nobind (rlx's default) nothing is pinned, so the trainer keeps
