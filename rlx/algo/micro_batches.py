@@ -34,6 +34,7 @@ class MicroBatch:
     completion_ids: torch.Tensor | None = None  # [n, T']
     completion_mask: torch.Tensor | None = None  # [n, T']
     repeats: torch.Tensor | None = None  # [b] rows per group
+    grad: bool = True  # False: every row's loss term is 0 (forward only, for the metrics)
 
     @property
     def shared(self) -> bool:
@@ -79,10 +80,13 @@ def _bins(units: list[torch.Tensor], batch, size: int, tokens: int, shared: bool
     return bins
 
 
-def micro_batches(batch, a, dev, need: torch.Tensor | None = None) -> list[MicroBatch]:
+def micro_batches(batch, a, dev, need: torch.Tensor | None = None,
+                  frozen: torch.Tensor | None = None) -> list[MicroBatch]:
     """Split `batch` for the update by the algo config `a` (micro_batch_size, micro_batch_tokens,
     trim_padding, shared_prefix). `need` [N, T]: positions whose log-prob the loss and metrics use
-    (the head skips the others when algo.logprob_chunk > 0)."""
+    (the head skips the others when algo.logprob_chunk > 0). `frozen` [N] bool: rows whose loss
+    term is 0 whatever their log-probs (zero advantage, no KL); on the binned path they go into
+    micro-batches of their own, marked grad=False, which the update runs forward only."""
     N, P, T = len(batch), batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
     size, tokens, shared = a.micro_batch_size, a.micro_batch_tokens, a.shared_prefix
     trim = a.trim_padding or tokens > 0
@@ -95,8 +99,15 @@ def micro_batches(batch, a, dev, need: torch.Tensor | None = None) -> list[Micro
     if trim:  # longest first, so each bin's rows have similar lengths
         longest = torch.tensor([int(batch.completion_mask[u].sum(1).max()) for u in units])
         units = [units[i] for i in torch.argsort(longest, descending=True, stable=True).tolist()]
+    if frozen is None or not bool(frozen.any()):
+        bins = [(r, True) for r in _bins(units, batch, size, tokens, shared)]
+    else:  # units that need no gradient are binned apart, after the others
+        still = [u for u in units if bool(frozen[u].all())]
+        live = [u for u in units if not bool(frozen[u].all())]
+        bins = [(r, True) for r in _bins(live, batch, size, tokens, shared)] + \
+               [(r, False) for r in _bins(still, batch, size, tokens, shared)]
     out = []
-    for r in _bins(units, batch, size, tokens, shared):
+    for r, grad in bins:
         tc = max(1, int(batch.completion_mask[r].sum(1).max())) if trim else T
         pp = max(1, int(batch.prompt_mask[r].sum(1).max())) if trim else P
         c_ids, c_mask = batch.completion_ids[r, :tc], batch.completion_mask[r, :tc]
@@ -108,10 +119,10 @@ def micro_batches(batch, a, dev, need: torch.Tensor | None = None) -> list[Micro
             starts = first.nonzero(as_tuple=True)[0]
             repeats = torch.diff(torch.cat([starts, torch.tensor([len(r)])]))
             out.append(MicroBatch(r.to(dev), None, None, tc, mb_need, p_ids[starts].to(dev), p_mask[starts].to(dev),
-                                  c_ids.to(dev), c_mask.to(dev), repeats.to(dev)))
+                                  c_ids.to(dev), c_mask.to(dev), repeats.to(dev), grad=grad))
         else:
             out.append(MicroBatch(r.to(dev), torch.cat([p_ids, c_ids], 1).to(dev), torch.cat([p_mask, c_mask], 1).to(dev),
-                                  tc, mb_need))
+                                  tc, mb_need, grad=grad))
     return out
 
 

@@ -74,7 +74,10 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
     temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
     chunk = a.logprob_chunk
-    micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask))  # this rank's (mb, live)
+    # rows whose loss term is 0 whatever the policy (zero advantage and no KL: a zero-variance group) need
+    # no backward; one process only (DDP's ranks must run the same backwards)
+    frozen = (adv == 0).cpu() if a.forward_only_zero_adv and a.beta == 0 and not dp.world.distributed else None
+    micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask, frozen=frozen))  # this rank's (mb, live)
     ref = None
     if a.beta > 0:  # reference = a frozen copy, or the same model with adapters disabled
         ref = torch.zeros_like(rollout_logp)  # [N, T]
@@ -96,7 +99,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
             r, t = mb.rows, slice(0, mb.T)  # this micro-batch's rows and completion columns
             noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
             with noisy, dp.sync_after(last=i == len(micro) - 1):  # noise restored only after backward
-                with autocast(trainer):
+                with autocast(trainer), (nullcontext() if mb.grad else torch.no_grad()):
                     out = forward_logprobs(policy, mb, temp, fp32_head, chunk,
                                            with_entropy=want_entropy and epoch == 0, decoder=dp.decoder)
                 logp, ent = out if isinstance(out, tuple) else (out, None)
@@ -119,12 +122,16 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
                                          "last checkpoint left intact")
-                (loss * dp.loss_scale).backward()
+                if mb.grad:  # a forward-only micro-batch's loss is 0: nothing to backpropagate
+                    (loss * dp.loss_scale).backward()
             ntok = float(mask[r, t].sum())
             tok_total += ntok
             for k, v in lm.items():  # token-weighted mean over micro-batches (max for */max)
                 agg[k] = max(agg.get(k, -math.inf), v) if k.endswith("/max") else agg.get(k, 0.0) + v * ntok
             agg["actor/loss"] = agg.get("actor/loss", 0.0) + loss.item() * ntok
+        for q in params:  # every micro-batch forward-only: zero gradients, so AdamW still steps (momentum, decay)
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
         dp.reduce_grads()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         if not torch.isfinite(grad_norm):

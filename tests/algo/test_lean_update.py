@@ -121,3 +121,45 @@ def test_shared_prefix_refuses_gradient_checkpointing(setup):
     finally:
         lm.gradient_checkpointing_disable()
         policy.eval()
+
+
+def test_zero_advantage_rows_run_forward_only(setup):
+    """Rows of zero-variance groups (advantage 0, no KL) skip the backward: same update, same metrics."""
+    policy, cfg, trainer, batch = setup
+    a = OmegaConf.merge(cfg.algo, {**PLAIN, "micro_batch_tokens": 60})
+    frozen = torch.zeros(len(batch), dtype=torch.bool)
+    frozen[4:12] = True  # groups 1 and 2
+    mbs = micro_batches(batch, a, "cpu", frozen=frozen)
+    assert {int(r) for mb in mbs if not mb.grad for r in mb.rows} == set(range(4, 12))
+    assert all(not bool(frozen[mb.rows].any()) for mb in mbs if mb.grad)
+
+
+@pytest.mark.parametrize("rewards_of", ["two_flat_groups", "all_flat"])
+def test_forward_only_zero_advantage_is_the_same_update(setup, rewards_of):
+    policy, cfg, trainer, batch = setup
+    rewards = torch.arange(len(batch), dtype=torch.float32) % 3
+    if rewards_of == "all_flat":  # no gradient at all: AdamW must still take its (momentum) step
+        rewards = torch.ones(len(batch))
+    else:
+        rewards[4:12] = 1.0  # groups 1 and 2 are zero-variance
+    outs = []
+    for skip in (False, True):
+        c = OmegaConf.merge(cfg, {"algo": {**PLAIN, "micro_batch_tokens": 60, "aggregation": "token",
+                                           "forward_only_zero_adv": skip}, "rollout": {"max_new_tokens": 12}})
+        params = [p for p in policy.parameters() if p.requires_grad]
+        saved = [p.detach().clone() for p in params]
+        opt = torch.optim.AdamW(params, lr=1e-2)
+        for q in params:  # a previous step's momentum, so that a zero-gradient step still moves the weights
+            opt.state[q] = {"step": torch.tensor(1.0), "exp_avg": torch.full_like(q, 1e-3), "exp_avg_sq": torch.full_like(q, 1e-6)}
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        m, _ = update(policy, opt, sched, batch, rewards, c, trainer=trainer, step=1)
+        outs.append((m, [p.detach() - s for p, s in zip(params, saved)]))
+        with torch.no_grad():
+            for p, s in zip(params, saved):
+                p.copy_(s)
+    (m0, d0), (m1, d1) = outs
+    assert any(x.abs().max() > 0 for x in d0)
+    err = torch.cat([(b - a).flatten() for a, b in zip(d0, d1)]).norm() / torch.cat([a.flatten() for a in d0]).norm()
+    assert err <= 1e-5, err
+    for k in ("actor/pg_loss", "actor/ratio/mean", "rollout/logprob_diff/mean", "actor/grad_norm", "actor/clip_frac"):
+        assert m1[k] == pytest.approx(m0[k], rel=1e-5, abs=1e-7), k
