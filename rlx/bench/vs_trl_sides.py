@@ -72,7 +72,8 @@ def model_overrides(model: str | None, model_path: str | None, tiny_dir: str | N
     if tiny_dir:
         return ["model=hf", f"model.path={tiny_dir}", *dt, "task=arith", "task.n_eval=16"]
     model = [f"model={model}"] if model else ["model=hf", f"model.path={model_path}", "model.chat_prompts=true"]
-    return [*model, *dt, "task=wordproblems", "task.steps=1", "task.n_eval=4"]
+    # evaluation (rlx's steps 0 and N, untimed) on 4 prompts with a short budget: it only costs wall time
+    return [*model, *dt, "task=wordproblems", "task.steps=1", "task.n_eval=4", "rollout.eval_max_new_tokens=16"]
 
 
 def shared_overrides(base: list[str], s: dict, max_new: int, steps: int, threads: int) -> list[str]:
