@@ -61,6 +61,10 @@ from rlx.bench.vs_trl_sides import (
 
 
 # ---- driver --------------------------------------------------------------------------------------
+class RunFailed(RuntimeError):
+    """A side's run that gave no result (its error, or the RSS limit it passed)."""
+
+
 def _watch_rss(proc: subprocess.Popen, limit_gb: float | None) -> float | None:
     """Wait for `proc`; with `limit_gb`, poll its RSS every 0.1 s and kill it above the limit (a shared
     machine's other jobs are not OOM-killed for a bench). The RSS in GiB it was killed at, else None."""
@@ -95,10 +99,10 @@ def run_side(side: str, spec: dict, work: Path, rss_limit_gb: float | None = Non
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
         over = _watch_rss(proc, rss_limit_gb)
     if over is not None:
-        raise RuntimeError(f"{side} run killed: its RSS reached {over:.1f} GiB > --rss-limit-gb {rss_limit_gb}; log {log}")
+        raise RunFailed(f"{side} run killed: its RSS reached {over:.1f} GiB > --rss-limit-gb {rss_limit_gb}; log {log}")
     if proc.returncode != 0 or not result.exists():
         tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
-        raise RuntimeError(f"{side} run failed (exit {proc.returncode}); log {log}:\n{tail}")
+        raise RunFailed(f"{side} run failed (exit {proc.returncode}); log {log}:\n{tail}")
     out = json.loads(result.read_text())
     out["wall_s"], out["loadavg_end"] = time.time() - t0, os.getloadavg()
     return out
@@ -114,20 +118,31 @@ def print_run(label: str, side: str, rep: int, r: dict) -> None:
 
 
 def run_setting(label: str, spec: dict, trl_sides: list[str], repeats: int, work: Path,
-                rss_limit_gb: float | None = None) -> tuple[dict, dict]:
-    """rlx before each TRL side, `repeats` times: (runs per side, pairs per TRL side)."""
+                rss_limit_gb: float | None = None) -> tuple[dict, dict, list[dict]]:
+    """rlx before each TRL side, `repeats` times: (runs per side, pairs per TRL side, failed runs). A
+    failed run (killed past --rss-limit-gb, or an error) is recorded and the schedule goes on."""
     runs: dict[str, list[dict]] = {"rlx": [], **{t: [] for t in trl_sides}}
     pairs: dict[str, list[tuple[int, int]]] = {t: [] for t in trl_sides}
+    failed: list[dict] = []
     for rep in range(repeats):
         for t in trl_sides:
+            ok = []
             for side in ("rlx", t):
-                r = run_side(side, spec, work / f"{label}_{rep}_{t}_{side}", rss_limit_gb)
+                try:
+                    r = run_side(side, spec, work / f"{label}_{rep}_{t}_{side}", rss_limit_gb)
+                except RunFailed as e:
+                    print(f"[run] {label} repeat {rep} {side:8}: FAILED: {str(e).splitlines()[0]}", flush=True)
+                    failed.append({"side": side, "repeat": rep, "error": str(e)})
+                    continue
                 runs[side].append(r)
+                ok.append(side)
                 print_run(label, side, rep, r)
+            if len(ok) < 2:
+                continue
             pairs[t].append((len(runs["rlx"]) - 1, len(runs[t]) - 1))
             if runs["rlx"][-1]["prompts"] != runs[t][-1]["prompts"]:
                 raise RuntimeError(f"{label}: rlx and {t} trained on different prompts (repeat {rep})")
-    return runs, pairs
+    return runs, pairs, failed
 
 
 def git_state() -> dict:
@@ -275,10 +290,13 @@ def main(argv: list[str] | None = None) -> dict:
                         + list(a.override),
                         "rlx_extra": list(a.rlx_override), "steps": a.steps, "threads": a.threads,
                         "micro": a.micro, "trl_vllm": a.trl_vllm}
-                runs, pairs = run_setting(f"{label}_T{max_new}", spec, a.trl_sides, a.repeats, work, a.rss_limit_gb)
+                runs, pairs, failed = run_setting(f"{label}_T{max_new}", spec, a.trl_sides, a.repeats, work,
+                                                  a.rss_limit_gb)
                 rows.append({"setting": label, "params": n_params, "max_new": max_new, "trl_sides": a.trl_sides,
+                             "failed": [{k: f[k] for k in ("side", "repeat")} for f in failed],
                              **aggregate(runs, pairs)})
-                raw.append({"setting": label, "max_new": max_new, "spec": spec, "runs": runs, "pairs": pairs})
+                raw.append({"setting": label, "max_new": max_new, "spec": spec, "runs": runs, "pairs": pairs,
+                            "failed": failed})
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -295,6 +313,10 @@ def report(a, meta: dict, rows: list[dict], raw: list[dict]) -> dict:
         print("peak RSS of the worker process, MiB (update / gen: within that phase, over all steps)\n" + rss_table)
     print("seconds: mean over runs of each run's mean over steps 2..N; ratio < 1: rlx faster / smaller; "
           "[min-max] over the (rlx, TRL) run pairs")
+    for r in raw:
+        for f in r["failed"]:
+            print(f"[failed] {r['setting']} T={r['max_new']} repeat {f['repeat']} {f['side']}: "
+                  f"{f['error'].splitlines()[0]}")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"meta": meta, "rows": rows, "table": table, "cpu_table": cpu_table, "rss_table": rss_table, "raw": raw}

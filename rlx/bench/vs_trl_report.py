@@ -26,8 +26,11 @@ def aggregate(runs: dict[str, list[dict]], pairs: dict[str, list[tuple[int, int]
     """Per side: mean and [min, max] over its runs. Per TRL side `t`, over `pairs[t]` (index of an rlx
     run, index of the t run next to it): `rlx@<t>_<key>` the mean of those rlx runs, `ratio_<t>_<key>`
     = that / t's mean, and its [min, max] over the pairs."""
-    per = {side: [summarize_run(r) for r in rs] for side, rs in runs.items()}
-    keys = [k for k in per["rlx"][0] if k != "n_steps" and all(k in p for ps in per.values() for p in ps)]
+    per = {side: [summarize_run(r) for r in rs] for side, rs in runs.items() if rs}  # sides with a result
+    if not per:
+        return {}
+    first = next(iter(per.values()))[0]
+    keys = [k for k in first if k != "n_steps" and all(k in p for ps in per.values() for p in ps)]
     row: dict = {}
     for side, ps in per.items():
         for k in keys:
@@ -35,6 +38,8 @@ def aggregate(runs: dict[str, list[dict]], pairs: dict[str, list[tuple[int, int]
             row[f"{side}_{k}"] = statistics.fmean(vals)
             row[f"{side}_{k}_range"] = [min(vals), max(vals)]
     for t, idx in pairs.items():
+        if not idx:  # no (rlx, t) pair where both runs gave a result
+            continue
         for k in keys:
             row[f"rlx@{t}_{k}"] = statistics.fmean(per["rlx"][i][k] for i, _ in idx)
             if k == "mean_len":

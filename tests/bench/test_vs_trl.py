@@ -121,3 +121,16 @@ def test_aggregate_pairs_each_trl_side_with_the_rlx_run_next_to_it():
     assert len(table) == len(rss) == 4  # head, rule, one line per TRL side
     assert "| trl | 10.0/10.0 | 2.00 | 4.00 | **0.50** [0.50-0.50] |" in table[2]
     assert "| m | 8 | trl_nogc | 1200 | 1500 | **0.80** [0.80-0.80] |" in rss[3]
+
+
+def test_a_run_past_the_rss_limit_is_killed_and_recorded(tmp_path, capsys):
+    """--rss-limit-gb 0.05: every worker passes 50 MiB while importing torch, so each is killed; the
+    bench records the failures and still writes its result, with no ratio (nothing was paired)."""
+    pytest.importorskip("trl")
+    result = main(["--sizes", "1m", "--max-new", "4", "--steps", "1", "--repeats", "1", "--threads", "1",
+                   "--rss-limit-gb", "0.05", "--out", str(tmp_path / "vs_trl.json"), "--work-dir", str(tmp_path / "w")])
+    (row,) = result["rows"]
+    assert row["failed"] == [{"side": "rlx", "repeat": 0}, {"side": "trl_nogc", "repeat": 0}]
+    assert not any(k.startswith("ratio_") for k in row) and result["table"] == ""
+    assert all("--rss-limit-gb 0.05" in f["error"] for f in result["raw"][0]["failed"])
+    assert "[failed] 1m T=4 repeat 0 rlx: rlx run killed" in capsys.readouterr().out
