@@ -9,24 +9,10 @@ from omegaconf import OmegaConf
 
 from rlx.algo import update
 from rlx.algo.micro_batches import micro_batches
-from rlx.config import RLXConfig, TrainerConfig
-from rlx.device import resolve
-from rlx.rollout import SamplingParams, build_engine
-from tests.rollout.conftest import tiny_policy
+from tests.algo.test_algo_update import setup  # noqa: F401  (a tiny LoRA policy and a batch of 5 prompts x 4)
 
 PLAIN = {"micro_batch_size": 64, "micro_batch_tokens": 0, "shared_prefix": False, "logprob_chunk": 0,
          "trim_padding": False}
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    policy, tok = tiny_policy(tmp_path_factory.mktemp("policy"))
-    cfg = OmegaConf.structured(RLXConfig)
-    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu")))
-    engine = build_engine(cfg.rollout, tok, policy, trainer)
-    prompts = ["1+2=", "(3+4)*5=", "a", "hello world", "9-8="]  # prompt lengths 4 to 11
-    batch = engine.generate(prompts, 4, SamplingParams(max_tokens=12), torch.Generator().manual_seed(0))
-    return policy, cfg, trainer, batch
 
 
 def run(setup, **algo):
