@@ -75,8 +75,10 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
     chunk = a.logprob_chunk
     # rows whose loss term is 0 whatever the policy (zero advantage and no KL: a zero-variance group) need
-    # no backward; one process only (DDP's ranks must run the same backwards)
-    frozen = (adv == 0).cpu() if a.forward_only_zero_adv and a.beta == 0 and not dp.world.distributed else None
+    # no backward; they are binned apart either way (N ranks split the batch as one process does), and
+    # skipped only in one process (DDP's ranks must run the same backwards)
+    frozen = (adv == 0).cpu() if a.forward_only_zero_adv and a.beta == 0 else None
+    skip_frozen = not dp.world.distributed
     micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask, frozen=frozen))  # this rank's (mb, live)
     ref = None
     if a.beta > 0:  # reference = a frozen copy, or the same model with adapters disabled
@@ -99,7 +101,8 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
             r, t = mb.rows, slice(0, mb.T)  # this micro-batch's rows and completion columns
             noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
             with noisy, dp.sync_after(last=i == len(micro) - 1):  # noise restored only after backward
-                with autocast(trainer), (nullcontext() if mb.grad else torch.no_grad()):
+                backward = mb.grad or not skip_frozen
+                with autocast(trainer), (nullcontext() if backward else torch.no_grad()):
                     out = forward_logprobs(policy, mb, temp, fp32_head, chunk,
                                            with_entropy=want_entropy and epoch == 0, decoder=dp.decoder)
                 logp, ent = out if isinstance(out, tuple) else (out, None)
@@ -122,7 +125,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
                                          "last checkpoint left intact")
-                if mb.grad:  # a forward-only micro-batch's loss is 0: nothing to backpropagate
+                if backward:  # a forward-only micro-batch's loss is 0: nothing to backpropagate
                     (loss * dp.loss_scale).backward()
             ntok = float(mask[r, t].sum())
             tok_total += ntok

@@ -29,7 +29,7 @@ def test_cuda_without_cuda_fails_before_any_work(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kw,key", [({"device": "tpu"}, "trainer.device"), ({"dtype": "fp16"}, "trainer.dtype"),
-                                    ({"threads": -1}, "trainer.threads")])
+                                    ({"threads": -2}, "trainer.threads")])
 def test_bad_trainer_values_name_the_key(kw, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         resolve(trainer_cfg(**kw))

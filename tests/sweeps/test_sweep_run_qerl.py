@@ -57,11 +57,12 @@ def test_report_renders_the_table_and_curves_of_a_real_sweep(qerl_sweep, capsys)
 
 
 def test_a_failing_arm_does_not_stop_the_others_and_is_marked_failed(tmp_path):
-    # lora_nvfp4_aqn dies while building (noise.stages=0 is rejected, only AQN reads it), lora_nvfp4
+    # lora_nvfp4_aqn dies while building (noise.sigma_end=0 is rejected by AQN's geometric schedule, which
+    # only AQN arms build; every arm accepts the value itself), lora_nvfp4
     # hits train.fail_at_step=2 mid-run, base_none (0 steps) finishes after both.
     # launched as a real `python -m rlx.train -m ...` process: the sweep survives its failing jobs
     run_sweep("qerl_table1", tmp_path, SMOKE + BATCH + [
-        "qerl_arm=lora_nvfp4_aqn,lora_nvfp4,base_none", "seed=0", "train.fail_at_step=2", "noise.stages=0"],
+        "qerl_arm=lora_nvfp4_aqn,lora_nvfp4,base_none", "seed=0", "train.fail_at_step=2", "noise.sigma_end=0"],
         in_process=False)
     aqn, lora, base = job_dirs(tmp_path)
     assert not (aqn / "metrics.jsonl").exists()  # died before its first evaluation
