@@ -50,6 +50,7 @@ class AlgoConfig:
     # > 0: LM head over this many tokens at a time, only where the loss reads it: no [N, T, V] logits (0 = all at once)
     logprob_chunk: int = 1024
     # rows with zero advantage and no KL term (zero-variance groups) run forward only: their loss term is 0,
-    # so the gradient is the same; their log-probs still feed the metrics (one process; with micro_batch_tokens
-    # or shared_prefix)
-    forward_only_zero_adv: bool = True
+    # so the gradient is the same; their log-probs (computed without grad: float noise) still feed the
+    # metrics (one process; with micro_batch_tokens or shared_prefix). Off by default: on, one process and
+    # N ranks agree only to float noise
+    forward_only_zero_adv: bool = False
