@@ -51,8 +51,8 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def assert_same_run(one: list[dict], two: list[dict], steps) -> None:
-    """Rewards, samples and evaluations identical; losses and gradient norms within 1e-5 relative
+def assert_same_run(one: list[dict], two: list[dict], steps, rel: float = 1e-5) -> None:
+    """Rewards, samples and evaluations identical; losses and gradient norms within `rel` relative
     (1e-8 absolute for values that are 0 in one run: a loss of exactly 0 from a zero-advantage batch)."""
     by_step = {r["step"]: r for r in two}
     for a in one:
@@ -67,7 +67,7 @@ def assert_same_run(one: list[dict], two: list[dict], steps) -> None:
             if k.startswith(EXACT) or not isinstance(u, float):
                 assert u == v, (a["step"], k, u, v)
             else:
-                assert abs(u - v) <= 1e-5 * max(abs(u), abs(v)) + 1e-8, (a["step"], k, u, v)
+                assert abs(u - v) <= rel * max(abs(u), abs(v)) + 1e-8, (a["step"], k, u, v)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,9 @@ def test_fsdp_matches_one_process_and_resumes_from_whole_tensors(one_process, tm
     assert "[resume] from" in out.stdout + out.stderr
     rows = _rows(d)
     assert [r["step"] for r in rows] == list(range(STEPS + 1))
-    assert_same_run(one_process, rows, range(STEPS + 1))
+    # FSDP reduce-scatters gradient shards and steps AdamW per shard: fp32 sums in another order than one
+    # process, and five AdamW steps carry that noise on (CI saw 1.04e-5 relative in step 5's grad_norm)
+    assert_same_run(one_process, rows, range(STEPS + 1), rel=5e-5)
 
 
 def test_kill_9_of_two_ranks_then_rerun_resumes(ddp_run, tmp_path):

@@ -53,6 +53,9 @@ def dies_once_at_start(conn, mem_mb, arg):
     try:
         os.close(os.open(arg, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
+        # the marker exists, so the other worker is exiting now: give the pool a second to see it die
+        # before this one is ready, so the death is counted in the batch (not after it)
+        time.sleep(1.0)
         serve(conn, mem_mb, lambda: None, _echo)
         return
     os._exit(1)
