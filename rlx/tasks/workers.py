@@ -16,6 +16,7 @@ ConnectionResetError or BrokenPipeError) scores its message 0 and is replaced; b
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
 import time
@@ -96,6 +97,23 @@ class _Batch:
         self.done += 1
 
 
+@contextlib.contextmanager
+def _stdlib_start_method():
+    """A spawn child re-applies its parent's *global* start method before it imports anything. Inside a
+    joblib/loky worker (`hydra/launcher=joblib`) that method is 'loky', which the child cannot find
+    ("cannot find context for 'loky'": every worker died at start-up). Name a stdlib method while the
+    child starts, then put the parent's back."""
+    method = mp.get_start_method(allow_none=True)
+    foreign = method is not None and method not in mp.get_all_start_methods()
+    if foreign:
+        mp.set_start_method("spawn", force=True)
+    try:
+        yield
+    finally:
+        if foreign:
+            mp.set_start_method(method, force=True)
+
+
 class WorkerPool:
     """`size + spares` spawn processes running `target(conn, mem_mb, arg)` (which calls `serve`), at most
     `size` of them answering at once; the spares stand by, ready, for the moment one is killed. `map(msgs)`
@@ -119,7 +137,8 @@ class WorkerPool:
         ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=self.target, args=(child, self.mem_mb, self.arg), daemon=True, name=self.name)
-        proc.start()
+        with _stdlib_start_method():
+            proc.start()
         child.close()
         return _Proc(proc, parent, time.monotonic())
 

@@ -157,3 +157,14 @@ def test_after_a_user_reward_timeout_the_next_call_needs_no_start_up(tmp_path, m
         # started a worker after every timeout, so its imports came after t0 + 1 s
         assert served["imported"] < t0 + 1.0, served["imported"] - t0
     assert t.reward_stats()["train/reward_timeouts"] == 4
+
+
+def test_a_pool_starts_inside_a_joblib_worker():
+    # hydra/launcher=joblib runs each job in a loky worker, whose global start method is 'loky': a spawn child
+    # re-applies that before importing anything and died ("cannot find context for 'loky'") until the pool named
+    # a stdlib method while its child started; the loky worker's own method is given back
+    joblib = pytest.importorskip("joblib")
+    [(answers, method)] = joblib.Parallel(n_jobs=2, backend="loky")(
+        [joblib.delayed(W.pool_in_a_loky_worker)()])
+    assert answers == [("ok", "a")]
+    assert method == "loky"

@@ -59,3 +59,17 @@ def dies_once_at_start(conn, mem_mb, arg):
         serve(conn, mem_mb, lambda: None, _echo)
         return
     os._exit(1)
+
+
+def pool_in_a_loky_worker():
+    """Run inside a joblib/loky worker (as `hydra/launcher=joblib` runs a job): start a pool, ask it once,
+    and report the process's start method afterwards."""
+    import multiprocessing as mp
+
+    from rlx.tasks.workers import WorkerPool
+
+    pool = WorkerPool(echo, size=1, spares=0, timeout_s=30.0)
+    try:
+        return pool.map(["a"]), mp.get_start_method(allow_none=True)
+    finally:
+        pool.close()
