@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from rlx.report.next import infer_next, next_tables
 from rlx.report.plots import plot_curves, plot_scaling
-from rlx.report.pretrained import infer_engine, pretrained_tables
+from rlx.report.pretrained import infer_engine, infer_setting, pretrained_tables
 from rlx.report.qerl import infer_qerl, infer_speed, qerl_tables, speed_tables
 from rlx.report.scalerl import (
     infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables, scaling_config,
@@ -29,6 +30,9 @@ LAYOUTS: dict[str, Layout] = {
     # a real pretrained model (model=smollm2) on generated word problems: base vs after RL, per engine
     "smollm2_wordproblems": Layout("smollm2_wordproblems", "SmolLM2-135M on word problems", infer_engine,
                                    pretrained_tables),
+    # its tuning sweep: the same tables, an arm per setting (lr, temperature, shape, rank, steps)
+    "smollm2_tune": Layout("smollm2_tune", "Tuning SmolLM2-135M GRPO on word problems", infer_setting,
+                           functools.partial(pretrained_tables, heading="")),
     "scalerl_loo": Layout("scalerl_loo", "ScaleRL leave-one-out (tiny scale)", infer_loo, loo_tables,
                           papers()["scalerl"]["loo_labels"], scaling=True),
     "scalerl_offpolicy": Layout("scalerl_offpolicy", "ScaleRL off-policy families (tiny scale)", infer_offpolicy,

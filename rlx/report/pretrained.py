@@ -16,6 +16,13 @@ def infer_engine(j: Run) -> str:
     return str(j.get("rollout.engine", "hf"))
 
 
+def infer_setting(j: Run) -> str:
+    """The arm of a tuning sweep (sweeps/smollm2_tune.yaml): the settings it varies, read from the config."""
+    return (f"lr {float(j.get('algo.lr')):g}, temperature {float(j.get('rollout.temperature')):g}, "
+            f"{j.get('rollout.prompts_per_step')} prompts x {j.get('rollout.group_size')}, "
+            f"LoRA r {j.get('model.lora.r', '-')}, {j.get('train.steps')} steps")
+
+
 def rl_step_seconds(j: Run) -> float | None:
     """Mean wall seconds of an RL step (generation + update + weight sync), the evaluations taken out:
     timing_s/step of an evaluation step includes its timing_s/eval."""
@@ -37,7 +44,8 @@ def _count(acc: float | None, n: int | None) -> str:
     return f"{100 * acc:.1f}" + (f" ({round(acc * n)}/{n})" if n else "")
 
 
-def pretrained_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
+def pretrained_tables(arms: dict[str, list[Run]], jobs: list[Run], heading: str = "engine: ") -> list[str]:
+    """Per arm (headed `heading` + the arm), the per-seed accuracies and the paired gain over seeds."""
     out = ["## Held-out accuracy of the pretrained base and after RL", "",
            "Greedy accuracy on the task's held-out split (task.n_eval problems) at each evaluation; step 0 is "
            "the base before any RL. Per seed, then over seeds: after RL - base is the paired difference with its "
@@ -61,7 +69,7 @@ def pretrained_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
             base, final = j.summary.get("val/acc_base"), j.summary.get("val/acc")
             if j.ok and base is not None and final is not None and math.isfinite(base) and math.isfinite(final):
                 gains.append(100 * (final - base))
-        out += [f"### engine: {arm}", ""] + md_table(header, rows) + [""]
+        out += [f"### {heading}{arm}", ""] + md_table(header, rows) + [""]
         out += md_table(["over seeds", "base (%)", "after RL (%)", "after RL - base (points)"], [[
             f"{len(runs)} runs", base_cell(runs, summary_value("val/acc_base"), 100),
             stat(runs, summary_value("val/acc")).cell(100), paired_cell(gains, "{:+.1f}")]]) + [""]
