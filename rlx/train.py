@@ -134,7 +134,8 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
                             own_weights=cfg.rollout.mode == "async")
     if world.distributed:  # each rank samples its share of the prompts; every rank gets the whole batch
         p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
-    p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise)
+    p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise,
+                                keep_versions=cfg.algo.mismatch_split_every > 0)
     resume(p, found)
     p.engine.sync(policy, p.start_step)  # the engine samples from the (resumed) policy
     return p
@@ -207,6 +208,9 @@ def rl_step(p: Parts, step: int) -> dict:
     gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
     m["timing_s/gen"] = time.time() - t_gen
     p.engine.sleep()  # rollout.vllm.sleep_mode (GPU): vLLM's memory is the trainer's until the sync
+    every = cfg.algo.mismatch_split_every
+    if every > 0 and step % every == 0:  # engine vs staleness parts of the mismatch, before the update
+        m.update(A.mismatch_split(p.policy, shaped.batch, cfg, p.trainer, step - 1, p.schedule.versions()))
     t_train = time.time()
     train_noise = p.noise if cfg.noise.apply_in_train_forward else None
     um, trained_tokens = A.update(p.policy, p.opt, p.sched, shaped.batch, shaped.rewards, cfg,

@@ -4,7 +4,9 @@ import math
 
 from rlx.algo.advantages import ADV_NORMS, compute_advantages, group_mean_std
 from rlx.algo.aggregation import AGGREGATIONS, token_weights
-from rlx.algo.config import AlgoConfig
+from rlx.algo.config import AlgoConfig, CorrectionConfig
+from rlx.algo.correction import check_correction, correction_weights, mismatch_metrics
+from rlx.algo.mismatch import mismatch_split
 from rlx.algo.curriculum import PassRateCurriculum
 from rlx.algo.losses import LOSSES, k3_kl, policy_loss, token_entropy
 from rlx.algo.shaping import Shaped, mask_truncated, overlong_penalty, shape_batch, zero_variance_groups
@@ -36,6 +38,7 @@ def check_config(cfg: AlgoConfig) -> None:
                          f"{cfg.micro_batch_tokens} and {cfg.logprob_chunk}")
     if not 0 <= cfg.tis_cap < math.inf:
         raise ValueError(f"algo.tis_cap must be >= 0 (0 = off) and finite, got {cfg.tis_cap}")
+    check_correction(cfg)
     if not 0.0 < cfg.pass_rate_threshold <= 1.0:
         raise ValueError(f"algo.pass_rate_threshold must be in (0, 1], got {cfg.pass_rate_threshold}")
     if not 0 <= cfg.lr <= 1:
@@ -45,6 +48,10 @@ def check_config(cfg: AlgoConfig) -> None:
 
 __all__ = [
     "AlgoConfig",
+    "CorrectionConfig",
+    "correction_weights",
+    "mismatch_metrics",
+    "mismatch_split",
     "NonFiniteError",
     "Shaped",
     "logprob_diff",

@@ -1,6 +1,19 @@
 """The `algo` config group's schema (AlgoConfig): every knob of the RL objective, validated by rlx.algo.check_config."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CorrectionConfig:
+    """Rollout correction against the engine's log-probs (rlx.algo.correction): an importance weight
+    rho per token, taken at `level`, then truncated and/or masked. Off by default."""
+
+    # off | token (rho_t = pi/mu per token) | sequence (product over the completion) | geometric (its per-token mean)
+    level: str = "off"
+    action: str = "truncate"  # truncate (weight min(rho, cap)) | mask (weight rho, 0 outside [lo, hi]) | both
+    cap: float = 2.0  # truncate: the upper cap C on the weight (>= 1)
+    lo: float = 0.5  # mask: lower bound of the kept rho (<= 1; 0 = none)
+    hi: float = 2.0  # mask: upper bound of the kept rho (>= 1, finite)
 
 
 @dataclass
@@ -34,6 +47,10 @@ class AlgoConfig:
     overlong_cache: int = 4  # L_cache
     mask_truncated: bool = False  # drop truncated completions from the loss
     tis_cap: float = 0.0  # truncated importance sampling vs the rollout's log-probs, cap C (0 = off)
+    # rollout correction (token / sequence / geometric weights, truncate / mask); tis_cap > 0 is its token-truncate case
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    # every N steps split the trainer-vs-engine log-ratio into an engine and a staleness part (0 = off)
+    mismatch_split_every: int = 0
     fp32_lm_head: bool = False  # logits in float32 for training log-probs and rollout sampling
     # optimisation
     lr: float = 1e-3  # AdamW peak learning rate (>= 0)

@@ -6,7 +6,8 @@ micro-batching (the loss does not depend on the split); `algo.tis_cap > 0` adds 
 importance sampling against the rollout engine (verl's TIS): the PPO/CISPO/GSPO ratio is then taken
 against the trainer's own log-probs of the batch before the update, and every token's loss is
 weighted by min(exp(trainer - rollout), C), which corrects for engines (vLLM, bf16, quantized)
-that never match the trainer bit for bit. The first pass also measures that mismatch
+that never match the trainer bit for bit; `algo.correction` generalizes it (sequence / geometric
+weights, masking: rlx.algo.correction). The first pass also measures that mismatch
 (`rollout/logprob_diff/*`, verl's rollout_probs_diff) at no extra forward.
 """
 
@@ -18,6 +19,7 @@ import torch
 
 from rlx.algo.advantages import compute_advantages
 from rlx.algo.aggregation import token_weights
+from rlx.algo.correction import correction_weights, mismatch_metrics, resolve
 from rlx.algo.losses import policy_loss
 from rlx.algo.shaping import mask_truncated
 from rlx.device import autocast
@@ -74,6 +76,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
     temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
     chunk = a.logprob_chunk
+    corr = resolve(a)  # None = no rollout correction (algo.tis_cap > 0 = token truncate)
     # rows whose loss term is 0 whatever the policy (zero advantage and no KL: a zero-variance group) need
     # no backward; they are binned apart either way (N ranks split the batch as one process does), and
     # skipped only in one process (DDP's ranks must run the same backwards)
@@ -115,8 +118,9 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
                     first_logp[r, t] = logp.detach()
                     if ent is not None:
                         entropy[r, t] = ent
-                if a.tis_cap > 0:  # TIS: ratio vs the trainer's pre-update log-probs, weight vs the rollout's
-                    is_weight = torch.exp(first_logp[r, t] - rollout_logp[r, t]).clamp(max=a.tis_cap)
+                if corr is not None:  # ratio vs the trainer's pre-update log-probs, weight vs the rollout's
+                    # whole rows: a sequence-level weight sees its row's every token (filled just above in pass 0)
+                    is_weight = correction_weights(first_logp[r, t], rollout_logp[r, t], mask[r, t], corr).weight
                     old_s = first_logp[r, t]
                 else:  # ratio against the behaviour policy (PPO-off-policy style for mu > 1)
                     old_s = rollout_logp[r, t]
@@ -157,6 +161,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
             dp.world.all_reduce(entropy)
     cmask = batch.loss_mask.to(dev)
     m.update(logprob_diff(first_logp, rollout_logp, cmask))
+    m.update(mismatch_metrics(first_logp, rollout_logp, cmask, corr))  # every step: KL, quantiles, weights
     if entropy is not None:
         m["actor/entropy"] = ((entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()
     return m, trained_tokens

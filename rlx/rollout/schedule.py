@@ -95,6 +95,10 @@ class SyncSchedule:
         """Nothing generates inside (a consistent checkpoint of the task and RNG streams)."""
         yield
 
+    def versions(self) -> dict[int, dict]:
+        """Trainable tensors of the past versions this schedule may still sample from (none: on-policy)."""
+        return {}
+
     def state_dict(self) -> dict:
         return {}
 
@@ -134,6 +138,9 @@ class StaleSchedule(SyncSchedule):
         for old in [v for v in self.snapshots if v < version - self.k]:
             del self.snapshots[old]
 
+    def versions(self):
+        return self.snapshots
+
     @contextmanager
     def serving(self, policy, version):
         if self.engine.version != version:
@@ -150,9 +157,11 @@ class StaleSchedule(SyncSchedule):
 class AsyncSchedule(SyncSchedule):
     """PipelineRL-k: a generator thread, a bounded queue of groups, in-flight weight updates."""
 
-    def __init__(self, *args, k: int, prompts_per_step: int, **kwargs):
+    def __init__(self, *args, k: int, prompts_per_step: int, keep_versions: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.k, self.chunk = k, prompts_per_step
+        # keep_versions (algo.mismatch_split_every): version -> trainable tensors of the last k + 1 versions
+        self.keep_versions, self.snapshots = keep_versions, {}
         self.capacity = prompts_per_step * k  # groups queued + in flight
         self.queue: deque = deque()  # (example, RolloutBatch of G rows)
         self.cond = threading.Condition()
@@ -211,6 +220,8 @@ class AsyncSchedule(SyncSchedule):
         self.skip = skip
         if not self.started:
             self.trainer_version = step - 1
+            if self.keep_versions:
+                self.snapshots[step - 1] = trainable_state(policy)
             self.thread.start()
             self.started = True
         t0 = time.time()
@@ -243,7 +254,14 @@ class AsyncSchedule(SyncSchedule):
             parts.append(b)
         return examples, RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
 
+    def versions(self):
+        return self.snapshots
+
     def push(self, policy, version):
+        if self.keep_versions:  # no group older than k versions reaches the loss
+            self.snapshots[version] = trainable_state(policy)
+            for old in [v for v in self.snapshots if v < version - self.k]:
+                del self.snapshots[old]
         payload = self.engine.export_weights(policy)  # trainer side: a detached copy
         with self.cond:
             self.pending = (payload, version)
@@ -272,8 +290,10 @@ class AsyncSchedule(SyncSchedule):
         self.engine.between_steps = None
 
 
-def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch.Generator, tok, noise=None):
-    """The `cfg.mode` schedule (cfg = the rollout config)."""
+def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch.Generator, tok, noise=None,
+                   keep_versions: bool = False):
+    """The `cfg.mode` schedule (cfg = the rollout config); `keep_versions`: async keeps the weights of the
+    versions it may still sample from (the stale schedule always does)."""
     interrupt = None
     if cfg.interrupt.enabled:
         interrupt = (phrase_ids(tok, cfg.interrupt.phrase), int(cfg.interrupt.answer_tokens))
@@ -282,5 +302,6 @@ def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch
     if cfg.mode == "stale" and cfg.max_staleness > 0:
         return StaleSchedule(*args, k=int(cfg.max_staleness), **kw)
     if cfg.mode == "async":
-        return AsyncSchedule(*args, k=int(cfg.max_staleness), prompts_per_step=int(cfg.prompts_per_step), **kw)
+        return AsyncSchedule(*args, k=int(cfg.max_staleness), prompts_per_step=int(cfg.prompts_per_step),
+                             keep_versions=keep_versions, **kw)
     return SyncSchedule(*args, **kw)

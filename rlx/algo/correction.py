@@ -1,0 +1,144 @@
+"""Rollout correction: importance weights of the trainer against the rollout engine, and the mismatch metrics.
+
+The weight's ratio rho = pi / mu is taken between the trainer's log-probs of the batch before the
+update (pi, `first_logp`) and the engine's behaviour log-probs (mu); the PPO/CISPO/GSPO ratio is then
+taken against pi (verl's "decoupled" mode, TIS as rlx has it since algo.tis_cap). Three levels:
+
+- token: rho_t = exp(pi_t - mu_t);
+- sequence: one rho per completion, exp(sum_t (pi_t - mu_t)) (the product of the token ratios);
+- geometric: exp(mean_t (pi_t - mu_t)) (the product's per-token geometric mean);
+
+and three actions: truncate (weight min(rho, cap): TIS), mask (weight rho inside [lo, hi], 0
+outside: masked IS / icepop; at the sequence levels the whole completion goes), or both.
+
+Masked tokens weigh 0 but stay in the token-weight normalizers (computed on the full batch before
+the first forward; TRL's token_mask does the same): masking scales the step down by the kept share
+rather than renormalizing over the kept tokens.
+
+`mismatch_metrics` is computed every step whatever the correction (the KL and the quantiles are
+measurements), under verl's `rollout_corr/` names with TRL's `sampling/` ones beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rlx.algo.config import CorrectionConfig
+
+LEVELS = ("off", "token", "sequence", "geometric")
+ACTIONS = ("truncate", "mask", "both")
+# sequence / geometric log-weights are clamped here before exp (exp(20) ~ 4.9e8): a long completion's
+# summed log-ratio would overflow float32 (token weights are not clamped: tis_cap stays bit-identical)
+SAFE_LOG = 20.0
+QUANTILES = (("p05", 0.05), ("p25", 0.25), ("p50", 0.5), ("p75", 0.75), ("p95", 0.95))
+
+
+def resolve(a) -> CorrectionConfig | None:
+    """The correction the update applies: `algo.tis_cap > 0` is token + truncate at that cap, else
+    `algo.correction`; None when off."""
+    if a.tis_cap > 0:
+        return CorrectionConfig(level="token", action="truncate", cap=float(a.tis_cap))
+    return None if a.correction.level == "off" else a.correction
+
+
+def check_correction(a) -> None:
+    """Raise ValueError naming the key if algo.correction / algo.mismatch_split_every cannot run."""
+    c = a.correction
+    if c.level not in LEVELS:
+        raise ValueError(f"unknown algo.correction.level {c.level!r}; choose one of {list(LEVELS)}")
+    if c.action not in ACTIONS:
+        raise ValueError(f"unknown algo.correction.action {c.action!r}; choose one of {list(ACTIONS)}")
+    if c.level != "off" and a.tis_cap > 0:
+        raise ValueError("algo.tis_cap > 0 is the token-truncate correction: set algo.correction.level=off with it, "
+                         "or algo.tis_cap=0 and algo.correction.level=token algo.correction.cap=C")
+    # the bounds keep rho = 1 (on-policy, equal numerics) untouched: the correction is then the identity
+    if not 1.0 <= c.cap < math.inf:
+        raise ValueError(f"algo.correction.cap must be >= 1 and finite, got {c.cap}")
+    if not 0.0 <= c.lo <= 1.0:
+        raise ValueError(f"algo.correction.lo must be in [0, 1], got {c.lo}")
+    if not 1.0 <= c.hi < math.inf:
+        raise ValueError(f"algo.correction.hi must be >= 1 and finite, got {c.hi}")
+    if not a.mismatch_split_every >= 0:
+        raise ValueError(f"algo.mismatch_split_every must be >= 0 (0 = off), got {a.mismatch_split_every}")
+
+
+@dataclass
+class Weights:
+    log_rho: Tensor  # [n, T] log rho at the level (one value along a row at the sequence levels)
+    rho: Tensor  # [n, T] exp(log_rho), before truncation or masking
+    weight: Tensor  # [n, T] the weight the loss applies (detached)
+    keep: Tensor  # [n, T] bool: rho inside [lo, hi] (all True without masking)
+
+
+def level_log_ratio(first_logp: Tensor, rollout_logp: Tensor, mask: Tensor, level: str) -> Tensor:
+    """log rho at `level`, broadcast over the row's tokens. Rows must be whole (micro-batches are).  # [n, T]"""
+    valid = mask > 0
+    d = torch.where(valid, first_logp - rollout_logp, torch.zeros_like(first_logp))  # [n, T]
+    if level == "token":
+        return d
+    s = d.sum(-1, keepdim=True)  # [n, 1]
+    if level == "geometric":
+        s = s / valid.sum(-1, keepdim=True).clamp(min=1)
+    return s.expand_as(d)
+
+
+def correction_weights(first_logp: Tensor, rollout_logp: Tensor, mask: Tensor, corr: CorrectionConfig) -> Weights:
+    """The correction's per-token weights for whole rows.  # [n, T] each"""
+    with torch.no_grad():
+        log_rho = level_log_ratio(first_logp.float(), rollout_logp.float(), mask, corr.level)
+        rho = torch.exp(log_rho if corr.level == "token" else log_rho.clamp(max=SAFE_LOG))
+        weight = rho.clamp(max=corr.cap) if corr.action in ("truncate", "both") else rho
+        keep = torch.ones_like(log_rho, dtype=torch.bool)
+        if corr.action in ("mask", "both"):
+            lo = math.log(corr.lo) if corr.lo > 0 else -math.inf
+            keep = (log_rho >= lo) & (log_rho <= math.log(corr.hi))
+            weight = torch.where(keep, weight, torch.zeros_like(weight))
+    return Weights(log_rho, rho, weight, keep)
+
+
+def _seq_metrics(d: Tensor, valid: Tensor) -> dict[str, float]:
+    """Sequence-level KL and the quantiles of the summed log-ratio over rows with a completion token."""
+    rows = valid.any(-1)  # [N]
+    s = d.sum(-1)[rows].double()  # [R] log pi(y) - log mu(y)
+    m = {"rollout_corr/kl_seq": float((-s).mean()),  # k1 of KL(mu || pi) over whole completions
+         # k3 of the sequence ratio (exp capped at e^80 to stay finite in a log; unbiased below it)
+         "rollout_corr/k3_kl_seq": float((torch.exp(s.clamp(max=80.0)) - s - 1).mean())}
+    q = torch.quantile(s, torch.tensor([p for _, p in QUANTILES], dtype=s.dtype, device=s.device))
+    for (name, _), v in zip(QUANTILES, q.tolist()):
+        m[f"rollout_corr/seq_log_ratio/{name}"] = v
+    m["rollout_corr/seq_log_ratio/min"], m["rollout_corr/seq_log_ratio/max"] = float(s.min()), float(s.max())
+    return m
+
+
+def mismatch_metrics(first_logp: Tensor, rollout_logp: Tensor, mask: Tensor,
+                     corr: CorrectionConfig | None) -> dict[str, float]:
+    """Trainer (pi) vs engine (mu) over the completion tokens of the batch, and what the correction did.
+    KL(mu || pi) from samples of mu: k1 = mean(log mu - log pi), k3 = mean(r - 1 - log r), r = pi / mu.  # [N, T] each"""
+    valid = mask > 0
+    if not bool(valid.any()):
+        return {}
+    d = torch.where(valid, first_logp.float() - rollout_logp.float(), torch.zeros_like(first_logp, dtype=torch.float))
+    dv = d[valid]  # [n_tok]
+    m = {"rollout_corr/kl": float((-dv).mean()), "rollout_corr/k3_kl": float((torch.exp(dv) - dv - 1).mean()),
+         "sampling/sampling_logp_difference/mean": float(dv.abs().mean()),
+         "sampling/sampling_logp_difference/max": float(dv.abs().max())}
+    m.update(_seq_metrics(d, valid))
+    w = correction_weights(first_logp, rollout_logp, mask, corr or CorrectionConfig(level="token"))
+    rows = valid.any(-1)
+    rho, weight = w.rho[valid], (w.weight[valid] if corr is not None else torch.ones_like(dv))
+    keep = w.keep if corr is not None else torch.ones_like(valid)
+    m.update({"rollout_corr/rollout_is_mean": float(rho.mean()), "rollout_corr/rollout_is_min": float(rho.min()),
+              "rollout_corr/rollout_is_max": float(rho.max()),  # rho at the level, before truncation or masking
+              "rollout_corr/weight_mean": float(weight.mean()), "rollout_corr/weight_max": float(weight.max()),
+              "rollout_corr/rollout_is_masked_fraction": float((~keep[valid]).float().mean()),
+              "rollout_corr/rollout_is_seq_masked_fraction": float((~keep & valid).any(-1)[rows].float().mean()),
+              "rollout_corr/truncated_fraction": float((rho > corr.cap).float().mean())
+              if corr is not None and corr.action in ("truncate", "both") else 0.0,
+              "sampling/importance_sampling_ratio/min": float(weight.min()),  # the weights the loss applied
+              "sampling/importance_sampling_ratio/mean": float(weight.mean()),
+              "sampling/importance_sampling_ratio/max": float(weight.max())})
+    return m

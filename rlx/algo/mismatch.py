@@ -1,0 +1,96 @@
+"""The mismatch split (`algo.mismatch_split_every`): where the trainer-vs-engine log-ratio comes from.
+
+For a completion token sampled by the engine under weights version v, with the trainer now at
+version c (c = step - 1 when step `step` updates):
+
+    total     = log pi_c(y) - log mu_v(y)           (what the correction sees)
+    engine    = log pi_v(y) - log mu_v(y)           (same weights, two numerics: engine, dtype, quantized base, AQN)
+    staleness = log pi_c(y) - log pi_v(y)           (same numerics, two weight versions)
+
+so total = engine + staleness token by token. pi_v needs the weights of version v: the stale and
+async schedules keep the trainable tensors (the LoRA adapter) of every version they may still
+sample from (`Schedule.versions()`), and the sync schedule's is the current one. Costs one
+no-grad forward of the batch per distinct version, every N steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlx.algo.micro_batches import forward_logprobs, micro_batches
+from rlx.device import autocast
+
+PARTS = ("engine", "staleness", "total")
+
+
+class MissingVersions(LookupError):
+    """A producing version's weights are not kept (an async run resumed: its queue's versions are not checkpointed)."""
+
+
+@torch.no_grad()
+def trainer_logprobs(policy, batch, cfg, trainer) -> Tensor:
+    """The trainer's log-probs of the batch's completion tokens, micro-batched as the update does.  # [N, T]"""
+    a, dev = cfg.algo, trainer.device
+    out = torch.zeros(batch.logprobs.shape, device=dev)
+    with autocast(trainer):
+        for mb in micro_batches(batch, a, dev, need=batch.loss_mask):
+            out[mb.rows, : mb.T] = forward_logprobs(policy, mb, cfg.rollout.temperature, a.fp32_lm_head,
+                                                    a.logprob_chunk).float()
+    return out
+
+
+def producing_versions(batch, current: int) -> Tensor:
+    """The weights version that sampled each token (-1 on padding): the engine's record, else current.  # [N, T]"""
+    if batch.token_version is not None:
+        return batch.token_version
+    if batch.version is not None:
+        return batch.version.unsqueeze(-1).expand_as(batch.logprobs)
+    return torch.full(batch.logprobs.shape, current, dtype=torch.long)
+
+
+def split_parts(policy, batch, cfg, trainer, current: int, versions: dict[int, dict]) -> dict[str, Tensor]:
+    """{engine, staleness, total} log-ratios per token (0 off the completion).  # [N, T] each"""
+    from rlx.rollout.hf import load_trainable, trainable_state
+
+    dev = trainer.device
+    valid = batch.loss_mask.to(dev) > 0  # [N, T]
+    tver = producing_versions(batch, current).to(dev)  # [N, T]
+    needed = sorted({int(v) for v in tver[valid].tolist()} - {current})
+    missing = [v for v in needed if v not in versions]
+    if missing:
+        raise MissingVersions(f"algo.mismatch_split_every: the weights of versions {missing} that sampled this batch "
+                              f"are not kept (kept: {sorted(versions)}); the trainer is at version {current}")
+    now = trainer_logprobs(policy, batch, cfg, trainer)  # [N, T] pi_c
+    produced = now.clone()  # [N, T] pi_v, token by token
+    if needed:
+        saved = trainable_state(policy)
+        try:
+            for v in needed:
+                load_trainable(policy, versions[v])
+                sel = valid & (tver == v)
+                produced[sel] = trainer_logprobs(policy, batch, cfg, trainer)[sel]
+        finally:
+            load_trainable(policy, saved)
+    mu = batch.logprobs.to(dev).float()
+    zero = torch.zeros_like(now)
+    return {"engine": torch.where(valid, produced - mu, zero), "staleness": torch.where(valid, now - produced, zero),
+            "total": torch.where(valid, now - mu, zero)}
+
+
+def mismatch_split(policy, batch, cfg, trainer, current: int, versions: dict[int, dict]) -> dict[str, float]:
+    """The split's metrics: mean |log-ratio| and KL (k1 and k3 from the engine's samples) of each part."""
+    try:
+        parts = split_parts(policy, batch, cfg, trainer, current, versions)
+    except MissingVersions:  # a diagnostic: the run goes on, the step says so
+        return {"rollout_corr/split/missing_versions": 1.0}
+    valid = batch.loss_mask.to(trainer.device) > 0
+    if not bool(valid.any()):
+        return {}
+    m = {}
+    for name in PARTS:
+        d = parts[name][valid]  # [n_tok] log of the part's ratio (numerator the later / trainer side)
+        m[f"rollout_corr/split/{name}/abs_mean"] = float(d.abs().mean())
+        m[f"rollout_corr/split/{name}/kl"] = float((-d).mean())  # k1: the three add up like the log-ratios
+        m[f"rollout_corr/split/{name}/k3_kl"] = float((torch.exp(d) - d - 1).mean())
+    return m
