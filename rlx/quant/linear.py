@@ -1,5 +1,6 @@
 """QuantLinear: a frozen linear layer that stores only packed codes + scales."""
 
+import contextlib
 import warnings
 
 import torch
@@ -45,6 +46,7 @@ class QuantLinear(nn.Module):
                 self._float_dtypes[name] = tensor.dtype
                 tensor = tensor.view(_INT_VIEW[tensor.element_size()])
             self.register_buffer(name, tensor)
+        self._held: dict[torch.dtype, Tensor] | None = None  # set by held_dequantized()
         if bias is None:
             self.bias = None
         else:
@@ -99,6 +101,11 @@ class QuantLinear(nn.Module):
                 _TRITON_FAILED = True
                 warnings.warn(f"QuantLinear: triton kernel failed ({err!r}); using the torch path from now on")
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if self._held is not None:  # inside held_dequantized(): one dequantization per dtype, reused
+            w = self._held.get(x.dtype)
+            if w is None:
+                w = self._held[x.dtype] = self.dequantize(x.dtype)
+            return F.linear(x, w, bias)
         return F.linear(x, self.dequantize(x.dtype), bias)
 
     def extra_repr(self) -> str:
@@ -106,3 +113,19 @@ class QuantLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
             f"bias={self.bias is not None}"
         )
+
+
+@contextlib.contextmanager
+def held_dequantized(model: nn.Module):
+    """Within the block, each QuantLinear of `model` dequantizes its weight once (per input dtype) and
+    reuses it, instead of once per forward. For the hf engine's token-by-token sampling, where the base
+    is frozen and every decode step would rebuild every weight on the torch path: the same weights, the
+    same outputs, at the memory of a 16-bit copy for the block's duration (freed on exit)."""
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    for m in layers:
+        m._held = {}
+    try:
+        yield
+    finally:
+        for m in layers:
+            m._held = None

@@ -17,6 +17,7 @@ import torch
 
 from rlx.device import Trainer, autocast
 from rlx.models.forward import causal_lm, decoder_forward, lm_logits, position_ids
+from rlx.quant.linear import held_dequantized
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 
 
@@ -119,7 +120,9 @@ class HFEngine(RolloutEngine):
         mask = mask.repeat_interleave(n, 0)
         group = torch.arange(len(prompts)).repeat_interleave(n)
         seeds = draw_seeds(generator, ids.shape[0]) if seeds is None else list(seeds)
-        with autocast(self.trainer):  # bf16 trainers sample in bf16 too (the head stays fp32 if asked)
+        # bf16 trainers sample in bf16 too (the head stays fp32 if asked); a packed base is dequantized
+        # once for the whole call, not at every decode step
+        with autocast(self.trainer), held_dequantized(self.policy):
             chunks = [self._generate_chunk(ids[sl], mask[sl], group[sl], sampling, seeds[sl])
                       for sl in (slice(s, s + self.batch_size) for s in range(0, ids.shape[0], self.batch_size))]
         batch = RolloutBatch.concat(chunks, self.tok.pad_token_id)
