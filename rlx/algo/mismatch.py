@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlx.algo.correction import k3
 from rlx.algo.micro_batches import forward_logprobs, micro_batches
 from rlx.device import autocast
 
@@ -91,6 +92,6 @@ def mismatch_split(policy, batch, cfg, trainer, current: int, versions: dict[int
     for name in PARTS:
         d = parts[name][valid]  # [n_tok] log of the part's ratio (numerator the later / trainer side)
         m[f"rollout_corr/split/{name}/abs_mean"] = float(d.abs().mean())
-        m[f"rollout_corr/split/{name}/kl"] = float((-d).mean())  # k1: the three add up like the log-ratios
-        m[f"rollout_corr/split/{name}/k3_kl"] = float((torch.exp(d) - d - 1).mean())
+        m[f"rollout_corr/split/{name}/kl"] = float((-d.double()).mean())  # k1: the three add up like the log-ratios
+        m[f"rollout_corr/split/{name}/k3_kl"] = float(k3(d).mean())
     return m

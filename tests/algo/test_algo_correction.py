@@ -245,3 +245,11 @@ def test_split_parts_add_up_to_the_total(setup):
         assert torch.equal(same["staleness"], torch.zeros_like(same["staleness"]))
     finally:
         load_trainable(policy, v0)
+
+
+def test_k3_is_non_negative_at_float_noise():
+    """Log-ratios of 1e-7 (hf fp32 engine vs trainer): k3 = d^2/2 = 5e-15, not float32 cancellation noise."""
+    d = torch.tensor([[1e-7, -1e-7, 3e-8]])
+    m = mismatch_metrics(d, torch.zeros_like(d), torch.ones_like(d), None)
+    assert m["rollout_corr/k3_kl"] == pytest.approx((1e-14 + 1e-14 + 9e-16) / 2 / 3, rel=1e-3)
+    assert m["rollout_corr/k3_kl_seq"] == pytest.approx((3e-8) ** 2 / 2, rel=1e-3)
