@@ -46,6 +46,24 @@ def sweep_dir_of(name: str, overrides: list[str]) -> tuple[str, list[str]]:
     return path, [*overrides, f"hydra.sweep.dir={path}"]
 
 
+def _own_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """argv with this launcher's own options (and their values) moved before the sweep name: written
+    after the overrides (`smollm2_tune seed=1 --no-report`) they would reach rlx.train as overrides,
+    which refuses them. Overrides never start with '--'."""
+    takes_value = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}
+    own, rest, i = [], [], 0
+    while i < len(argv):
+        key = argv[i].split("=", 1)[0]
+        if key in takes_value:
+            n = 2 if takes_value[key] and "=" not in argv[i] else 1
+            own += argv[i: i + n]
+            i += n
+        else:
+            rest.append(argv[i])
+            i += 1
+    return own + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlx.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help="a sweep: the stem of sweeps/<name>.yaml")
@@ -63,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     pred.add_argument("--reach-alpha", type=float, default=0.001,
                       help="an arm the A intervals rule out stops only if a refit at the leader's A_lo - margin is "
                            "rejected at this level (default 0.001)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_own_options_first(parser, sys.argv[1:] if argv is None else list(argv)))
     sweeps = available()
     if args.list or not args.name:
         for name, doc in sweeps.items():

@@ -162,3 +162,23 @@ def test_sweep_launcher_finds_every_sweep_and_fixes_the_sweep_dir(capsys):
     assert S.main(["--list"]) == 0 and "scalerl_loo" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         S.main(["no_such_sweep"])
+
+
+def test_sweep_launcher_options_may_follow_the_overrides(monkeypatch, capsys):
+    # `python -m rlx.sweep NAME seed=1 --no-report` sent --no-report on to rlx.train, which refused it
+    import subprocess
+
+    from rlx import sweep as S
+
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    assert S.main(["next_table", "seed=1", "--no-report", "hydra.sweep.dir=/tmp/s"]) == 0
+    assert ran[0][-2:] == ["seed=1", "hydra.sweep.dir=/tmp/s"] and "--no-report" not in ran[0]
+    assert "[sweep] report: python -m rlx.report /tmp/s" in capsys.readouterr().out
+    parser = S.argparse.ArgumentParser()  # options with values move with their values, in either spelling
+    parser.add_argument("name")
+    parser.add_argument("overrides", nargs=S.argparse.REMAINDER)
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--no-report", action="store_true")
+    argv = ["x", "a=1", "--rounds", "3", "b=2", "--rounds=4", "--no-report"]
+    assert S._own_options_first(parser, argv) == ["--rounds", "3", "--rounds=4", "--no-report", "x", "a=1", "b=2"]
