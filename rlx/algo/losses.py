@@ -92,8 +92,8 @@ def policy_loss(
     logp [n, T] (requires grad), old_logp / ref_logp [n, T], adv [n], weights / mask [n, T].
     Weights come from token_weights on the full batch, so micro-batch losses add up to the full loss.
     With cfg.kl_times_ratio (TRL's default use_bias_correction_kl) the k3 term is multiplied by the
-    (non-detached) ratio the loss uses. `is_weight` [n, T] (detached; truncated importance weights
-    against the rollout engine, algo.tis_cap) multiplies the policy-gradient term per token.
+    (non-detached) ratio the loss uses. `is_weight` [n, T] (detached; the rollout correction's importance
+    weights against the engine, algo.correction / algo.tis_cap) multiplies the policy-gradient term per token.
     """
     if cfg.loss not in LOSSES:
         raise ValueError(f"unknown algo.loss {cfg.loss!r}; choose one of {sorted(LOSSES)}")
