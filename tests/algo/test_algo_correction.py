@@ -152,20 +152,7 @@ def test_bad_correction_config_names_the_key(bad, key):
 # ---------------------------------------------------------------- through rlx.algo.update
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    from rlx.config import RLXConfig, TrainerConfig
-    from rlx.device import resolve
-    from rlx.rollout import SamplingParams, build_engine
-    from tests.rollout.conftest import tiny_policy
-
-    policy, tok = tiny_policy(tmp_path_factory.mktemp("policy"))
-    cfg = OmegaConf.structured(RLXConfig)
-    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu")))
-    engine = build_engine(cfg.rollout, tok, policy, trainer)
-    batch = engine.generate(["1+2=", "(3+4)*5=", "a", "9-8="], 4, SamplingParams(max_tokens=10),
-                            torch.Generator().manual_seed(0))
-    return policy, cfg, trainer, batch
+from tests.algo.test_algo_update import setup  # noqa: E402,F401  (the tiny LoRA policy and one sampled batch)
 
 
 def _merged(cfg, **algo):
