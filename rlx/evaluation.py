@@ -173,9 +173,12 @@ def _scored(task, examples, texts) -> tuple[list[bool], list[float]]:
 
 
 def run_eval(engine, task, rollout, generator: torch.Generator, sampling: SamplingParams | None = None,
-             label: str = "[eval]", show: bool = True, bar: bool | None = None) -> list[SetResult]:
+             label: str = "[eval]", show: bool = True, bar: bool | None = None,
+             by_speed: bool = True) -> list[SetResult]:
     """Greedy and rollout.eval_k sampled completions of every eval set of `task`, scored by its rewards.
-    All sets go through the engine together; `show`: report progress (rank 0), `bar`: tqdm (None: on a TTY)."""
+    All sets go through the engine together; `show`: report progress (rank 0), `bar`: tqdm (None: on a TTY).
+    `by_speed=False`: rollout.eval_chunk=0 means the engine's whole batch, not a size from this process's
+    own timing (N ranks must make the same engine calls: their clocks differ)."""
     greedy_sp, sampled_sp = eval_sampling(rollout, sampling)
     k = rollout.eval_k if sampled_sp is not None else 0
     names = list(task.eval_sets)
@@ -188,7 +191,7 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
     with EvalProgress(len(prompts) * (1 + k), label, show=show, bar=bar) as progress:
         progress.start(f"{len(prompts)} prompts: {len(prompts)} greedy + {k} x {len(prompts)} sampled sequences "
                        f"(up to {greedy_sp.max_tokens} tokens), {chunk} per engine call")
-        fixed = rollout.eval_chunk > 0
+        fixed = rollout.eval_chunk > 0 or not by_speed
         greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress, fixed)  # [sum(P)]
         sampled = generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress, fixed) if k else None
     out, i = [], 0
@@ -228,5 +231,5 @@ def evaluate(p, step: int) -> dict:
     bar = None if cfg.train.progress else False  # train.progress=false: log lines, never a bar
     with p.schedule.serving(p.policy, step) as engine:  # the current policy, whatever the schedule samples from
         results = run_eval(engine, p.task, cfg.rollout, g, p.sampling, label=f"[eval] step {step}",
-                           show=p.world.is_main, bar=bar)
+                           show=p.world.is_main, bar=bar, by_speed=not p.world.distributed)
     return val_metrics(results, p.task.named_eval)

@@ -211,3 +211,40 @@ def test_default_eval_chunks_are_sized_by_speed():
     assert next_chunk(512, False, 32, 64.0) == max(FIRST_CHUNK // 2, int(32 / 64.0 * CHUNK_TARGET_S))
     assert next_chunk(512, False, 32, 0.1) == 512  # a fast model goes at the engine's full batch
     assert next_chunk(20, True, 100, 1.0) == 20  # rollout.eval_chunk > 0: fixed
+
+
+def test_on_n_ranks_evaluation_calls_the_engine_with_the_same_sizes(monkeypatch):
+    # sized by each process's own clock, two ranks made different engine calls and their collective generation
+    # fell apart (FSDP: 'len(examples) == len(completions)' failed on rank 1 under load); by_speed=False (what
+    # training passes on N ranks) goes at the engine's whole batch whatever the timing
+    from types import SimpleNamespace
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from rlx import evaluation as E
+    from rlx.config import RolloutConfig
+
+    calls = []
+
+    class Batch(list):  # what run_eval reads of a RolloutBatch: len, texts, completion_mask
+        pass
+
+    class Engine:
+        def generate(self, prompts, n, sp, generator, seeds=None):
+            calls.append(len(prompts))
+            b = Batch(["1"] * len(prompts))
+            b.texts, b.completion_mask = list(b), torch.ones(len(prompts), 1)
+            return b
+
+    clock = iter(range(0, 10_000, 100))  # every engine call seems to take 100 s: by speed, chunks shrink
+    monkeypatch.setattr(E.time, "monotonic", lambda: float(next(clock)))
+    rollout = OmegaConf.structured(RolloutConfig(engine="hf", batch_size=64, eval_k=0))
+    task = SimpleNamespace(eval_sets={"default": [SimpleNamespace(prompt=f"q{i}") for i in range(150)]},
+                           score=lambda ex, texts: {"x": [1.0] * len(texts)}, passed=lambda d: [True] * len(d["x"]),
+                           total_reward=lambda d: d["x"])
+    E.run_eval(Engine(), task, rollout, torch.Generator().manual_seed(0), show=False, bar=False)
+    assert calls[0] == E.FIRST_CHUNK and calls[1] < 64  # one process: sized by its (slow) clock
+    calls.clear()
+    E.run_eval(Engine(), task, rollout, torch.Generator().manual_seed(0), show=False, bar=False, by_speed=False)
+    assert calls == [64, 64, 22]  # the engine's batch, whatever the clock
