@@ -121,12 +121,14 @@ class WorkerPool:
     in `stats`). Started on first use; closed by `close()` (or when garbage collected)."""
 
     def __init__(self, target, arg=None, *, size: int = 2, spares: int = 1, timeout_s: float = 5.0,
-                 mem_mb: int = 4096, startup_s: float = 60.0, name: str = "rlx-worker"):
+                 mem_mb: int = 4096, startup_s: float = 300.0, name: str = "rlx-worker"):
         if not timeout_s > 0:  # also refuses NaN
             raise ValueError(f"task.reward_timeout_s must be > 0, got {timeout_s}")
         if size < 1:
             raise ValueError(f"{name}: a pool needs at least one worker, got size={size}")
         self.target, self.arg, self.size, self.spares, self.name = target, arg, int(size), int(spares), name
+        # startup_s: imports only, never a call's deadline; 60 s was too short on a loaded 2-core machine
+        # (two math-verify workers beside a SmolLM2 run at load average 8-10 missed it and stopped the run)
         self.timeout_s, self.mem_mb, self.startup_s = float(timeout_s), int(mem_mb), float(startup_s)
         self.procs: list[_Proc] = []
         self.stats = {"timeouts": 0, "refused": 0, "errors": 0}
