@@ -101,10 +101,11 @@ class QuantLinear(nn.Module):
                 _TRITON_FAILED = True
                 warnings.warn(f"QuantLinear: triton kernel failed ({err!r}); using the torch path from now on")
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        if self._held is not None:  # inside held_dequantized(): one dequantization per dtype, reused
-            w = self._held.get(x.dtype)
+        held = getattr(self, "_held", None)  # a module unpickled from before the attribute existed has none
+        if held is not None:  # inside held_dequantized(): one dequantization per dtype, reused
+            w = held.get(x.dtype)
             if w is None:
-                w = self._held[x.dtype] = self.dequantize(x.dtype)
+                w = held[x.dtype] = self.dequantize(x.dtype)
             return F.linear(x, w, bias)
         return F.linear(x, self.dequantize(x.dtype), bias)
 
@@ -120,7 +121,8 @@ def held_dequantized(model: nn.Module):
     """Within the block, each QuantLinear of `model` dequantizes its weight once (per input dtype) and
     reuses it, instead of once per forward. For the hf engine's token-by-token sampling, where the base
     is frozen and every decode step would rebuild every weight on the torch path: the same weights, the
-    same outputs, at the memory of a 16-bit copy for the block's duration (freed on exit)."""
+    same outputs, at the memory of one dequantized copy (in the input's dtype) for the block's duration
+    (freed on exit)."""
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     for m in layers:
         m._held = {}
