@@ -17,8 +17,10 @@ def infer_engine(j: Run) -> str:
 
 
 def infer_setting(j: Run) -> str:
-    """The arm of a tuning sweep (sweeps/smollm2_tune.yaml): the settings it varies, read from the config."""
-    return (f"lr {float(j.get('algo.lr')):g}, temperature {float(j.get('rollout.temperature')):g}, "
+    """The arm of a tuning sweep (sweeps/smollm2_tune.yaml): the recipe and the settings it varies, read
+    from the config (another algo at the same settings is another arm, not another seed)."""
+    return (f"{j.get('algo.name', 'grpo')}, lr {float(j.get('algo.lr')):g}, "
+            f"temperature {float(j.get('rollout.temperature')):g}, "
             f"{j.get('rollout.prompts_per_step')} prompts x {j.get('rollout.group_size')}, "
             f"LoRA r {j.get('model.lora.r', '-')}, {j.get('train.steps')} steps")
 

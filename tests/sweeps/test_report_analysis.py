@@ -130,16 +130,18 @@ def test_pretrained_sweep_reports_base_and_after_rl_per_seed_with_the_paired_gai
 
 def test_tuning_sweep_reports_one_arm_per_setting(tmp_path):
     # sweeps/smollm2_tune.yaml varies algo.lr (no config group): its arms are read from each job's config
-    def cfg(lr, seed):
-        return {"seed": seed, "train": {"steps": 4}, "task": {"n_eval": 10}, "algo": {"lr": lr},
+    def cfg(lr, seed, algo="grpo"):
+        return {"seed": seed, "train": {"steps": 4}, "task": {"n_eval": 10}, "algo": {"lr": lr, "name": algo},
                 "rollout": {"engine": "vllm", "temperature": 0.7, "prompts_per_step": 4, "group_size": 4},
                 "model": {"lora": {"r": 16}}, "logger": {"group": "smollm2_tune"}}
 
     rows = [{"step": 0, "val/acc": 0.1}, {"step": 4, "val/acc": 0.3, "train/reward/mean": 0.2}]
     for num, (lr, seed) in enumerate([(1e-4, 0), (3e-4, 0), (3e-4, 1)]):
         make_job(tmp_path, num, cfg(lr, seed), [f"algo.lr={lr}", f"seed={seed}"], finished(0.3, 0.1), rows)
+    make_job(tmp_path, 3, cfg(3e-4, 0, "cispo"), ["algo=cispo", "seed=0"], finished(0.3, 0.1), rows)
     md, _ = build_report(tmp_path, plots=False)
     assert md.startswith("# Tuning SmolLM2-135M GRPO on word problems")
-    assert "### lr 0.0001, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md
-    assert "### lr 0.0003, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md
+    assert "### grpo, lr 0.0001, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md
+    assert "### grpo, lr 0.0003, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md
+    assert "### cispo, lr 0.0003, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md  # its own arm
     assert table_row(md, "2 runs")[-1] == "+20.0 [+20.0, +20.0] (n=2)"  # both seeds gain 30 - 10 points
