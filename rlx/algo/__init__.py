@@ -5,12 +5,12 @@ import math
 from rlx.algo.advantages import ADV_NORMS, compute_advantages, group_mean_std
 from rlx.algo.aggregation import AGGREGATIONS, token_weights
 from rlx.algo.config import AlgoConfig, CorrectionConfig
-from rlx.algo.correction import check_correction, correction_weights, mismatch_metrics
+from rlx.algo.correction import check_correction, correction_weights, logprob_diff, mismatch_metrics
 from rlx.algo.mismatch import mismatch_split
 from rlx.algo.curriculum import PassRateCurriculum
 from rlx.algo.losses import LOSSES, k3_kl, policy_loss, token_entropy
 from rlx.algo.shaping import Shaped, mask_truncated, overlong_penalty, shape_batch, zero_variance_groups
-from rlx.algo.policy_update import NonFiniteError, logprob_diff, update
+from rlx.algo.policy_update import NonFiniteError, update
 
 
 def check_config(cfg: AlgoConfig) -> None:

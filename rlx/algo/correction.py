@@ -15,8 +15,8 @@ Masked tokens weigh 0 but stay in the token-weight normalizers (computed on the 
 the first forward; TRL's token_mask does the same): masking scales the step down by the kept share
 rather than renormalizing over the kept tokens.
 
-`mismatch_metrics` is computed every step whatever the correction (the KL and the quantiles are
-measurements), under verl's `rollout_corr/` names with TRL's `sampling/` ones beside them.
+`mismatch_metrics` is computed every step whatever the correction (the |diff|, the KL and the quantiles
+are measurements), under verl's `rollout_corr/` names with TRL's `sampling/` ones beside them.
 """
 
 from __future__ import annotations
@@ -100,6 +100,15 @@ def correction_weights(first_logp: Tensor, rollout_logp: Tensor, mask: Tensor, c
     return Weights(log_rho, rho, weight, keep)
 
 
+def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Trainer-vs-rollout mismatch over completion tokens: mean and max |diff| of log-probs.  # [N, T] each"""
+    valid = mask > 0
+    if not bool(valid.any()):
+        return {}
+    d = (trainer_logp.float() - rollout_logp.float()).abs()[valid]
+    return {"rollout/logprob_diff/mean": d.mean().item(), "rollout/logprob_diff/max": d.max().item()}
+
+
 def k3(d: Tensor) -> Tensor:
     """r - 1 - log r for log-ratios d, in float64 with expm1: at float-noise mismatch (d ~ 1e-7) the float32
     exp(d) - d - 1 cancels to noise of either sign, while the value is d^2 / 2 >= 0."""
@@ -130,9 +139,10 @@ def mismatch_metrics(first_logp: Tensor, rollout_logp: Tensor, mask: Tensor,
         return {}
     d = torch.where(valid, first_logp.float() - rollout_logp.float(), torch.zeros_like(first_logp, dtype=torch.float))
     dv = d[valid]  # [n_tok]
-    m = {"rollout_corr/kl": float((-dv.double()).mean()), "rollout_corr/k3_kl": float(k3(dv).mean()),
-         "sampling/sampling_logp_difference/mean": float(dv.abs().mean()),
-         "sampling/sampling_logp_difference/max": float(dv.abs().max())}
+    m = logprob_diff(first_logp, rollout_logp, mask)  # rlx's (verl's rollout_probs_diff) names ...
+    m["sampling/sampling_logp_difference/mean"] = m["rollout/logprob_diff/mean"]  # ... and TRL's, the same values
+    m["sampling/sampling_logp_difference/max"] = m["rollout/logprob_diff/max"]
+    m.update({"rollout_corr/kl": float((-dv.double()).mean()), "rollout_corr/k3_kl": float(k3(dv).mean())})
     m.update(_seq_metrics(d, valid))
     w = correction_weights(first_logp, rollout_logp, mask, corr or CorrectionConfig(level="token"))
     rows = valid.any(-1)

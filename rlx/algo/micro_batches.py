@@ -140,3 +140,13 @@ def forward_logprobs(model, mb: MicroBatch, temperature: float, fp32_head: bool,
         return shared_prefix_logprobs(model, mb.prompt_ids, mb.prompt_mask, mb.completion_ids, mb.completion_mask,
                                       mb.repeats, temperature, fp32_head, with_entropy, decoder, chunk, mb.need)
     return token_logprobs(model, mb.ids, mb.attn, mb.T, temperature, fp32_head, with_entropy, decoder, chunk, mb.need)
+
+
+@torch.no_grad()
+def batch_logprobs(model, mbs, like: torch.Tensor, temperature: float, fp32_head: bool, chunk: int) -> torch.Tensor:
+    """No-grad log-probs of the micro-batches' completion tokens, in a zero tensor shaped and placed like
+    `like` (the batch's rollout log-probs): the reference policy's, or the trainer's under another version.  # [N, T]"""
+    out = torch.zeros_like(like)
+    for mb in mbs:
+        out[mb.rows, : mb.T] = forward_logprobs(model, mb, temperature, fp32_head, chunk).float()
+    return out

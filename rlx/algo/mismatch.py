@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from rlx.algo.correction import k3
-from rlx.algo.micro_batches import forward_logprobs, micro_batches
+from rlx.algo.micro_batches import batch_logprobs, micro_batches
 from rlx.device import autocast
 
 PARTS = ("engine", "staleness", "total")
@@ -33,12 +33,9 @@ class MissingVersions(LookupError):
 def trainer_logprobs(policy, batch, cfg, trainer) -> Tensor:
     """The trainer's log-probs of the batch's completion tokens, micro-batched as the update does.  # [N, T]"""
     a, dev = cfg.algo, trainer.device
-    out = torch.zeros(batch.logprobs.shape, device=dev)
     with autocast(trainer):
-        for mb in micro_batches(batch, a, dev, need=batch.loss_mask):
-            out[mb.rows, : mb.T] = forward_logprobs(policy, mb, cfg.rollout.temperature, a.fp32_lm_head,
-                                                    a.logprob_chunk).float()
-    return out
+        return batch_logprobs(policy, micro_batches(batch, a, dev, need=batch.loss_mask), batch.logprobs.to(dev).float(),
+                              cfg.rollout.temperature, a.fp32_lm_head, a.logprob_chunk)
 
 
 def producing_versions(batch, current: int) -> Tensor:

@@ -23,20 +23,11 @@ from rlx.algo.correction import correction_weights, mismatch_metrics, resolve
 from rlx.algo.losses import policy_loss
 from rlx.algo.shaping import mask_truncated
 from rlx.device import autocast
-from rlx.algo.micro_batches import forward_logprobs, micro_batches
+from rlx.algo.micro_batches import batch_logprobs, forward_logprobs, micro_batches
 
 
 class NonFiniteError(RuntimeError):
     pass
-
-
-def logprob_diff(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Trainer-vs-rollout mismatch over completion tokens: mean and max |diff| of log-probs.  # [N, T] each"""
-    valid = mask > 0
-    if not bool(valid.any()):
-        return {}
-    d = (trainer_logp.float() - rollout_logp.float()).abs()[valid]
-    return {"rollout/logprob_diff/mean": d.mean().item(), "rollout/logprob_diff/max": d.max().item()}
 
 
 @contextmanager
@@ -85,11 +76,9 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
     micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask, frozen=frozen))  # this rank's (mb, live)
     ref = None
     if a.beta > 0:  # reference = a frozen copy, or the same model with adapters disabled
-        ref = torch.zeros_like(rollout_logp)  # [N, T]
         ref_ctx = nullcontext(ref_policy) if ref_policy is not None else _adapters_off(policy)
-        with torch.no_grad(), ref_ctx as ref_model, autocast(trainer):
-            for mb, _ in micro:
-                ref[mb.rows, : mb.T] = forward_logprobs(ref_model, mb, temp, fp32_head, chunk).float()
+        with ref_ctx as ref_model, autocast(trainer):
+            ref = batch_logprobs(ref_model, [mb for mb, _ in micro], rollout_logp, temp, fp32_head, chunk)  # [N, T]
     want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
     first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
     entropy = torch.zeros_like(rollout_logp) if want_entropy else None
@@ -160,8 +149,7 @@ def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, st
         if entropy is not None:
             dp.world.all_reduce(entropy)
     cmask = batch.loss_mask.to(dev)
-    m.update(logprob_diff(first_logp, rollout_logp, cmask))
-    m.update(mismatch_metrics(first_logp, rollout_logp, cmask, corr))  # every step: KL, quantiles, weights
+    m.update(mismatch_metrics(first_logp, rollout_logp, cmask, corr))  # every step: |diff|, KL, quantiles, weights
     if entropy is not None:
         m["actor/entropy"] = ((entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()
     return m, trained_tokens

@@ -65,6 +65,13 @@ def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int
     return examples, batch
 
 
+def keep_last(snapshots: dict[int, dict], version: int, policy, k: int) -> None:
+    """Record `policy`'s trainable tensors as `version` and forget versions older than version - k."""
+    snapshots[version] = trainable_state(policy)
+    for old in [v for v in snapshots if v < version - k]:
+        del snapshots[old]
+
+
 class SyncSchedule:
     """On-policy: the engine holds the weights of the last update."""
 
@@ -134,9 +141,7 @@ class StaleSchedule(SyncSchedule):
             load_trainable(policy, current)
 
     def push(self, policy, version):  # no engine sync: the next generation loads the version it needs
-        self.snapshots[version] = trainable_state(policy)
-        for old in [v for v in self.snapshots if v < version - self.k]:
-            del self.snapshots[old]
+        keep_last(self.snapshots, version, policy, self.k)
 
     def versions(self):
         return self.snapshots
@@ -259,9 +264,7 @@ class AsyncSchedule(SyncSchedule):
 
     def push(self, policy, version):
         if self.keep_versions:  # no group older than k versions reaches the loss
-            self.snapshots[version] = trainable_state(policy)
-            for old in [v for v in self.snapshots if v < version - self.k]:
-                del self.snapshots[old]
+            keep_last(self.snapshots, version, policy, self.k)
         payload = self.engine.export_weights(policy)  # trainer side: a detached copy
         with self.cond:
             self.pending = (payload, version)
