@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from rlx.quant import QuantLinear, quantize
+from rlx.quant import QuantLinear, dequantize, quantize
 
 
 def _sync(device: torch.device) -> None:
@@ -82,7 +82,7 @@ def bench_format(fmt: str, weight: torch.Tensor, x: torch.Tensor, repeats: int) 
     reference = REFERENCES[fmt]()
     ref_s = timed(lambda: reference(weight), device, repeats) if reference is not None else None
     qt = quantize(weight, fmt)
-    err = (weight.float() - qt.dequantize(torch.float32)).norm() / weight.float().norm()
+    err = (weight.float() - dequantize(qt, torch.float32)).norm() / weight.float().norm()
     dense = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=device, dtype=weight.dtype)
     dense.weight.data.copy_(weight)
     packed = QuantLinear(qt, kernel="auto")

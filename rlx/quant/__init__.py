@@ -2,7 +2,7 @@
 
 from rlx.quant.config import QuantConfig
 from rlx.quant.export import export_compressed_tensors, load_compressed_tensors
-from rlx.quant.formats import FORMATS, get_format, quantize
+from rlx.quant.formats import FORMATS, dequantize, get_format, quantize
 from rlx.quant.linear import QuantLinear
 from rlx.quant.model import decoder_layers, packed_state, quant_linears, quantize_model, quantized_bytes
 from rlx.quant.tensor import QuantizedTensor
@@ -26,6 +26,7 @@ __all__ = [
     "QuantLinear",
     "QuantizedTensor",
     "decoder_layers",
+    "dequantize",
     "export_compressed_tensors",
     "get_format",
     "load_compressed_tensors",

@@ -44,3 +44,8 @@ def quantize(weight: Tensor, fmt: str, **kw) -> QuantizedTensor:
     if not isinstance(weight, Tensor):
         raise ValueError(f"{fmt}: expected a torch.Tensor, got {type(weight).__name__}")
     return get_format(fmt).quantize(weight.detach(), **kw)
+
+
+def dequantize(qt: QuantizedTensor, dtype: torch.dtype | None = None) -> Tensor:
+    """Full-precision weight [N, K] of `qt` in `dtype` (default: the dtype it was quantized from)."""
+    return get_format(qt.fmt).dequantize(qt, dtype or qt.dtype)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rlx.quant.formats import dequantize
 from rlx.quant.tensor import QuantizedTensor
 
 KERNELS = ("auto", "torch", "triton")
@@ -71,7 +72,7 @@ class QuantLinear(nn.Module):
         return tensor if dtype is None else tensor.view(dtype)
 
     def dequantize(self, dtype: torch.dtype | None = None) -> Tensor:
-        return self.quantized_weight.dequantize(dtype or self.weight_dtype)
+        return dequantize(self.quantized_weight, dtype or self.weight_dtype)
 
     def quant_nbytes(self) -> int:
         """Bytes of the packed codes and scales (bias not counted)."""

@@ -1,4 +1,4 @@
-"""QuantizedTensor: packed 4-bit codes plus the scales needed to dequantize them."""
+"""QuantizedTensor: packed 4-bit codes plus the scales needed to dequantize them (rlx.quant.formats.dequantize)."""
 
 from dataclasses import dataclass, fields
 
@@ -41,12 +41,6 @@ class QuantizedTensor:
     def nbytes(self) -> int:
         """Bytes held by the packed codes and all scales."""
         return sum(t.numel() * t.element_size() for t in self.tensors().values())
-
-    def dequantize(self, dtype: torch.dtype | None = None) -> Tensor:
-        """Full-precision weight [N, K] in `dtype` (default: the original dtype)."""
-        from rlx.quant.formats import get_format
-
-        return get_format(self.fmt).dequantize(self, dtype or self.dtype)
 
     def to(self, device: torch.device | str) -> "QuantizedTensor":
         moved = {name: t.to(device) for name, t in self.tensors().items()}

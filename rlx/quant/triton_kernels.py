@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - triton is optional on CPU
     triton = None
     tl = None
 
+from rlx.quant.formats import dequantize
 from rlx.quant.fp4 import e2m1_lut
 from rlx.quant.nf4 import BLOCK as NF4_BLOCK
 from rlx.quant.nf4 import nf4_absmax, nf4_values
@@ -188,7 +189,7 @@ class _QuantLinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        weight = ctx.qt.dequantize(grad_out.dtype)  # [N, K]
+        weight = dequantize(ctx.qt, grad_out.dtype)  # [N, K]
         return grad_out @ weight, None, None
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlx.quant import QuantConfig, QuantLinear, quantize, quantize_model, quantized_bytes
+from rlx.quant import QuantConfig, QuantLinear, dequantize, quantize, quantize_model, quantized_bytes
 from rlx.quant.nvfp4 import shared_global_scale
 from tests.quant.quant_helpers import LINEAR_NAMES, tiny_qwen, token_ids
 
@@ -36,7 +36,7 @@ def test_only_decoder_linears_are_replaced(fmt):
     for name, weight in originals.items():  # each packed layer holds exactly quantize(original weight)
         module = model.get_submodule(name)
         assert module.fmt == fmt
-        assert torch.equal(module.dequantize(), quantize(weight, fmt).dequantize())
+        assert torch.equal(module.dequantize(), dequantize(quantize(weight, fmt)))
 
 
 def test_no_full_precision_weight_is_kept():
@@ -102,7 +102,7 @@ def test_forward_equals_dense_linear_on_dequantized_weight():
     qt = quantize(layer.weight.detach(), "nvfp4")
     packed = QuantLinear(qt, layer.bias, kernel="torch")
     x = torch.randn(3, 5, 64, dtype=torch.bfloat16)
-    expected = nn.functional.linear(x, qt.dequantize(torch.bfloat16), layer.bias)
+    expected = nn.functional.linear(x, dequantize(qt, torch.bfloat16), layer.bias)
     assert torch.equal(packed(x), expected)
 
 

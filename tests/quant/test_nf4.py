@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlx.quant import quantize
+from rlx.quant import dequantize, quantize
 from rlx.quant.nf4 import NF4_VALUES, dynamic_map
 from tests.quant.quant_helpers import DTYPES
 
@@ -29,12 +29,12 @@ def test_codes_and_absmax_equal_bitsandbytes(dtype, shape):
     assert torch.equal(qt.packed.flatten(), packed.flatten()), "NF4 codes differ from bitsandbytes"
     assert torch.equal(qt.scale, state.absmax)
     if shape[1] % 64 == 0:  # bitsandbytes' CPU dequant kernel assumes row-aligned blocks
-        assert torch.equal(qt.dequantize(), bnb_f.dequantize_4bit(packed, state))
+        assert torch.equal(dequantize(qt), bnb_f.dequantize_4bit(packed, state))
     # in general: code value * absmax of the flattened 64-block, rounded once (bitsandbytes' torch kernel)
     codes = torch.stack((packed.flatten() >> 4, packed.flatten() & 15), dim=-1).flatten().long()  # high first
     block = torch.arange(codes.numel()) // 64
     expected = (bnb_f.get_4bit_type("nf4", device="cpu")[codes] * state.absmax[block]).view(shape).to(dtype)
-    assert torch.equal(qt.dequantize(), expected)
+    assert torch.equal(dequantize(qt), expected)
 
 
 def test_midpoint_goes_to_lower_code_and_high_nibble_first():
@@ -78,14 +78,14 @@ def test_double_quant_state_matches_bitsandbytes(dtype):
     assert torch.all(ours_err[differs] < bnb_err[differs])
     # dequantization through bitsandbytes with our codes gives our weights exactly
     state.absmax = qt.scale
-    assert torch.equal(qt.dequantize(), bnb_f.dequantize_4bit(packed, state))
+    assert torch.equal(dequantize(qt), bnb_f.dequantize_4bit(packed, state))
 
 
 def test_double_quant_saves_memory_and_stays_close():
     weight = torch.randn(128, 512, generator=torch.Generator().manual_seed(8)) * 0.02
     plain, dq = quantize(weight, "nf4"), quantize(weight, "nf4", double_quant=True)
     assert dq.nbytes() < plain.nbytes()
-    torch.testing.assert_close(dq.dequantize(), plain.dequantize(), rtol=0.02, atol=1e-4)
+    torch.testing.assert_close(dequantize(dq), dequantize(plain), rtol=0.02, atol=1e-4)
 
 
 def test_non_finite_and_odd_in_features_are_rejected():

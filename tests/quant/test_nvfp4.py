@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlx.quant import quantize
+from rlx.quant import dequantize, quantize
 from rlx.quant.fp4 import E2M1_MAGNITUDES
 from rlx.quant.nvfp4 import nvfp4_global_scale, shared_global_scale
 from tests.quant.quant_helpers import DTYPES, ct_global_scale, ct_nvfp4
@@ -103,7 +103,7 @@ def test_exact_ties_round_to_even(dtype):
     assert torch.equal(magnitudes, expected)
     negative = torch.tensor([t < 0 for t in TIES]).expand_as(codes)
     assert torch.equal((codes & 8) != 0, negative)  # -0.25 -> code 8 (negative zero), 0.0 -> code 0
-    deq = qt.dequantize(torch.float32)[1:]
+    deq = dequantize(qt, torch.float32)[1:]
     for row, c in zip(deq, (0.25, 2.0**-6, 2.0**-9)):
         assert torch.equal(row, torch.tensor(TIE_VALUES) * c)
 
@@ -116,7 +116,7 @@ def test_dequantize_matches_compressed_tensors_decompress():
     qt = quantize(weight, "nvfp4")
     state = {"weight_packed": qt.packed, "weight_scale": qt.scale, "weight_global_scale": qt.global_scale}
     ref = NVFP4PackedCompressor.decompress(state, QuantizationScheme(targets=["Linear"], **NVFP4A16))
-    assert torch.equal(qt.dequantize(torch.bfloat16), ref["weight"])
+    assert torch.equal(dequantize(qt, torch.bfloat16), ref["weight"])
 
 
 def test_shared_global_scale_is_llm_compressor_minimum():
@@ -173,7 +173,7 @@ def test_dequantized_close_to_torchao(dtype):
     ref_t = NVFP4Tensor.to_nvfp4(weight, per_tensor_scale=per_tensor_amax_to_scale(weight.abs().amax()))
     ref = ref_t.dequantize(torch.float32)
     qt = quantize(weight, "nvfp4")
-    ours = qt.dequantize(torch.float32)
+    ours = dequantize(qt, torch.float32)
     step = (qt.scale.float() / qt.global_scale).repeat_interleave(16, dim=1)
     diff = (ours - ref).abs()
     assert torch.all(diff <= 2 * step * (1 + 1e-6))

@@ -4,7 +4,7 @@ scales given as Python numbers or lists each give a defined result or an error n
 import pytest
 import torch
 
-from rlx.quant.formats import quantize
+from rlx.quant.formats import dequantize, quantize
 
 FORMATS = ("nvfp4", "nf4", "mxfp4")
 
@@ -27,7 +27,7 @@ def test_the_smallest_accepted_global_scale_dequantizes_finite_even_at_the_dtype
     gs = 2688 / torch.finfo(torch.float32).max * 1.01
     w = torch.full((2, 32), torch.finfo(torch.float32).max / 2)
     w[1] = torch.linspace(-1, 1, 32)
-    out = quantize(w, "nvfp4", global_scale=torch.tensor([gs], dtype=torch.float32)).dequantize()
+    out = dequantize(quantize(w, "nvfp4", global_scale=torch.tensor([gs], dtype=torch.float32)))
     assert torch.isfinite(out).all()
     with pytest.raises(ValueError, match="below"):
         quantize(w, "nvfp4", global_scale=torch.tensor([gs * 0.9]))  # just under the bound
@@ -35,8 +35,8 @@ def test_the_smallest_accepted_global_scale_dequantizes_finite_even_at_the_dtype
 
 def test_a_python_number_global_scale_is_the_same_as_the_tensor():
     w = torch.randn(8, 32)
-    a = quantize(w, "nvfp4", global_scale=0.5).dequantize()
-    b = quantize(w, "nvfp4", global_scale=torch.tensor([0.5])).dequantize()
+    a = dequantize(quantize(w, "nvfp4", global_scale=0.5))
+    b = dequantize(quantize(w, "nvfp4", global_scale=torch.tensor([0.5])))
     assert torch.equal(a, b)  # main: AttributeError ('float' object has no attribute 'numel')
 
 

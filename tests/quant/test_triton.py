@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHECKS = textwrap.dedent(
     """
     import torch
-    from rlx.quant import quantize
+    from rlx.quant import dequantize, quantize
     from rlx.quant import triton_kernels as tk
 
     gen = torch.Generator().manual_seed(0)
@@ -30,12 +30,12 @@ CHECKS = textwrap.dedent(
             # identity input: the output is the kernel's decoded weight, bit for bit
             eye = torch.eye(k, dtype=dtype)
             decoded = tk.quant_matmul(eye, qt).T
-            assert torch.equal(decoded, qt.dequantize(dtype)), (fmt, kw, dtype, "decode")
+            assert torch.equal(decoded, dequantize(qt, dtype)), (fmt, kw, dtype, "decode")
         # random input with bias: close to the torch path, and differentiable w.r.t. x
         x = torch.randn(2, 3, k, generator=gen, requires_grad=True)
         bias = torch.randn(n, generator=gen)
         y = tk.quant_linear(x, qt, bias)
-        ref = torch.nn.functional.linear(x, qt.dequantize(torch.float32), bias)
+        ref = torch.nn.functional.linear(x, dequantize(qt, torch.float32), bias)
         torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
         (grad,) = torch.autograd.grad(y.square().sum(), x)
         (ref_grad,) = torch.autograd.grad(ref.square().sum(), x)

@@ -76,6 +76,7 @@ def triton_checks(cases, device: str, rec: Recorder, budget: Budget, timing: boo
     """Kernel vs the torch path for every case and dtype (device "cpu" only under TRITON_INTERPRET=1)."""
     import torch
 
+    from rlx.quant import dequantize
     from rlx.quant import triton_kernels as tk
 
     gen = torch.Generator(device=device).manual_seed(0)
@@ -91,7 +92,7 @@ def triton_checks(cases, device: str, rec: Recorder, budget: Budget, timing: boo
             dname = str(dtype).removeprefix("torch.")
             name = f"2.triton.{tag}.{dname}"
             try:
-                w = qt.dequantize(dtype)  # [N, K], the torch path's weight
+                w = dequantize(qt, dtype)  # [N, K], the torch path's weight
                 figures: dict = {}
                 ok = True
                 if k <= 4096:  # identity input: the output is the kernel's decoded weight, bit for bit
@@ -123,7 +124,7 @@ def triton_checks(cases, device: str, rec: Recorder, budget: Budget, timing: boo
                     for m in (2, 64):
                         x = torch.randn(m, k, generator=gen, device=device).to(dtype)
                         t_tri = _cuda_time(lambda: tk.quant_matmul(x, qt))
-                        t_deq = _cuda_time(lambda: torch.nn.functional.linear(x, qt.dequantize(dtype)))
+                        t_deq = _cuda_time(lambda: torch.nn.functional.linear(x, dequantize(qt, dtype)))
                         t_bf16 = _cuda_time(lambda: torch.nn.functional.linear(x, w))
                         figures[f"us_triton_m{m}"] = t_tri * 1e6
                         figures[f"triton_over_bf16_m{m}"] = t_tri / t_bf16
