@@ -232,6 +232,11 @@ class DataParallel:
         mine = [(mb, True) for mb in micro[self.world.rank:: self.world.size]]
         return mine + [(micro[0], False)] * (count - len(mine))
 
+    def backward(self, loss: torch.Tensor, live: bool) -> None:
+        """Backpropagate this rank's share of the global loss (scaled: DDP/FSDP average over ranks). A dead
+        repeat from `assign` backpropagates zero through its graph: the others' collectives, no gradient."""
+        (loss * (self.loss_scale if live else 0.0)).backward()
+
     def sync_after(self, last: bool):
         """DDP: gradients are all-reduced in the backward of the pass's last micro-batch only."""
         if self.strategy == "ddp" and self.decoder is not None and not last:

@@ -12,9 +12,9 @@ import os
 
 from omegaconf import OmegaConf
 
-from rlx import algo as A
 from rlx import device as D
 from rlx import distributed as dist
+from rlx.algo.config import as_config as algo_config
 from rlx.config import unknown_keys
 from rlx.evaluation import eval_sampling
 from rlx.extrapolation import build_extrapolator
@@ -29,7 +29,7 @@ def check(cfg) -> D.Trainer:
     check_values(cfg)
     check_finetune(cfg, dist.launched_world_size())
     check_distributed(cfg, dist.launched_world_size())
-    A.check_config(cfg.algo)
+    algo_config(cfg.algo)  # the algo group's own checks (AlgoConfig.__post_init__)
     check_shared_prefix(cfg)
     build_noise(cfg.noise, cfg.train.steps, cfg.seed)  # noise and extrapolation configs (no model needed)
     build_extrapolator(cfg.extrapolation, cfg.train.steps)
@@ -124,7 +124,7 @@ def check_values(cfg) -> None:
     check_model(cfg)  # the tiny model's heads and width, model.dtype, quant.format / quant.kernel
     as_config(cfg.scaling)  # scaling.fit / scaling.compute (else refused only when the run ends)
 
-    r, a, m, t = cfg.rollout, cfg.algo, cfg.model, cfg.task
+    r, m, t = cfg.rollout, cfg.model, cfg.task
     rules = [
         (r.temperature > 0, "rollout.temperature", "must be > 0 for training rollouts (behaviour log-probs "
                                                     "of a greedy policy are not a distribution)"),
@@ -134,10 +134,6 @@ def check_values(cfg) -> None:
         (r.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1"),
         (r.eval_k >= 0, "rollout.eval_k", "must be >= 0"),
         (r.batch_size >= 1, "rollout.batch_size", "must be >= 1"),
-        (a.lr >= 0, "algo.lr", "must be >= 0"),
-        (a.weight_decay >= 0, "algo.weight_decay", "must be >= 0"),
-        (a.grad_clip > 0, "algo.grad_clip", "must be > 0 (the max gradient norm)"),
-        (a.warmup_steps >= 0, "algo.warmup_steps", "must be >= 0"),
         (m.lora.r >= 1, "model.lora.r", "must be >= 1"),
         (m.lora.alpha > 0, "model.lora.alpha", "must be > 0"),
         (0 <= m.lora.dropout < 1, "model.lora.dropout", "must be in [0, 1)"),

@@ -88,6 +88,8 @@ class Parts:
     wall_offset: float = 0.0
     completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
     ref_policy: torch.nn.Module | None = None  # full fine-tuning with algo.beta > 0: the frozen reference copy
+    shaping: A.Shaping | None = None  # algo's shaping step (overlong rewards, curriculum, refill / filter)
+    update: A.Update | None = None  # algo's policy update, bound to the algo config at build
 
     def compute_now(self) -> dict:
         """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
@@ -121,12 +123,14 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
     opt = torch.optim.AdamW(params, lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
     warm = max(1, cfg.algo.warmup_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, functools.partial(_warmup, warm=warm))
+    shaping = A.Shaping.from_config(cfg)
+    noise = build_noise(cfg.noise, cfg.train.steps, cfg.seed)
     p = Parts(cfg, Path(run_dir), trainer, task, policy, tok, None, None, opt, sched,
-              noise=build_noise(cfg.noise, cfg.train.steps, cfg.seed),
-              extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps),
-              curriculum=A.PassRateCurriculum(cfg.algo.pass_rate_threshold) if cfg.algo.no_positive_resampling else None,
+              noise=noise, extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps), curriculum=shaping.curriculum,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
-              n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp, ref_policy=ref_policy)
+              n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
+              update=A.Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
+                                          else None, ref_policy=ref_policy))
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
@@ -146,11 +150,9 @@ def _warmup(s: int, warm: int) -> float:
 
 
 def score(p: Parts, examples, batch):
-    """Rewards of a rollout batch: per reward function, weighted total (+ DAPO overlong shaping), pass flags."""
+    """Rewards of a rollout batch: per reward function, weighted total, pass flags."""
     per_fn = p.task.score([examples[i] for i in batch.group.tolist()], batch.texts)
     rewards = torch.tensor(p.task.total_reward(per_fn), dtype=torch.float32)  # [N]
-    if p.cfg.algo.overlong_shaping:
-        rewards = rewards + A.overlong_penalty(batch.lengths, p.cfg.algo, p.cfg.rollout.max_new_tokens)
     passed = torch.tensor(p.task.passed(per_fn), dtype=torch.float32)  # [N]
     return per_fn, rewards, passed
 
@@ -161,12 +163,12 @@ def generate(p: Parts, n: int, step: int, metrics: dict | None = None):
 
 
 def refill(p: Parts, step: int, n: int):
-    """Dynamic sampling's source of fresh groups: generate and score n more prompts."""
+    """Dynamic sampling's source of fresh groups: generate and score n more prompts (overlong-shaped)."""
     examples, batch = generate(p, n, step)
-    return batch, score(p, examples, batch)[1]
+    return batch, p.shaping.rewards(batch, score(p, examples, batch)[1])
 
 
-def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, examples, step: int) -> dict:
+def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, step: int) -> dict:
     G = p.cfg.rollout.group_size
     zero_var = A.zero_variance_groups(rewards, batch.group)  # [N] bool
     m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
@@ -183,9 +185,6 @@ def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, examples, step: in
         m["response_length/interrupt_ratio"] = batch.interrupted.float().mean().item()
     if batch.entropy is not None:  # engines that return entropies (hf); otherwise the update measures it
         m["actor/entropy"] = ((batch.entropy * batch.completion_mask).sum() / batch.completion_mask.sum()).item()
-    if p.curriculum is not None:  # ScaleRL no-positive-resampling: retire prompts that are solved
-        p.curriculum.update([e.key for e in examples], passed.view(-1, G).mean(1).tolist())
-        m["train/retired_prompts"] = len(p.curriculum)
     return m
 
 
@@ -195,14 +194,15 @@ def rl_step(p: Parts, step: int) -> dict:
     t_gen = time.time()
     examples, batch = generate(p, cfg.rollout.prompts_per_step, step, m)  # AQN: noisy sampling policy only
     per_fn, rewards, passed = score(p, examples, batch)
-    m.update(rollout_metrics(p, batch, rewards, per_fn, passed, examples, step))
+    rewards = p.shaping.rewards(batch, rewards)  # DAPO overlong punishment, before any metric reads them
+    m.update(rollout_metrics(p, batch, rewards, per_fn, passed, step))
     p.completions = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
     if step == p.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
         _log(f"[warn] {100 * m['response_length/clip_ratio']:.0f}% of the completions hit rollout.max_new_tokens="
              f"{cfg.rollout.max_new_tokens} without eos: the budget is probably too small for this task")
-    shaped = A.shape_batch(batch, rewards, cfg.algo, cfg.rollout.group_size, cfg.rollout.prompts_per_step,
-                           refill=functools.partial(refill, p, step))
+    # ScaleRL's curriculum records the pass rates, then dynamic sampling refills / the filter drops groups
+    shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(refill, p, step))
     m.update(shaped.metrics)
     # compute counts every generated token, also those of async groups dropped as too stale
     gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
@@ -212,10 +212,7 @@ def rl_step(p: Parts, step: int) -> dict:
     if every > 0 and step % every == 0:  # engine vs staleness parts of the mismatch, before the update
         m.update(A.mismatch_split(p.policy, shaped.batch, cfg, p.trainer, step - 1, p.schedule.versions()))
     t_train = time.time()
-    train_noise = p.noise if cfg.noise.apply_in_train_forward else None
-    um, trained_tokens = A.update(p.policy, p.opt, p.sched, shaped.batch, shaped.rewards, cfg,
-                                  trainer=p.trainer, step=step, train_noise=train_noise, dp=p.dp,
-                                  ref_policy=p.ref_policy)
+    um, trained_tokens = p.update(p.policy, p.opt, shaped, p.dp, step)
     m.update(um)
     m["timing_s/train"] = time.time() - t_train
     if p.extrap is not None:  # NExt: rank-1 records, maybe a predict-extend jump of the adapter

@@ -49,8 +49,6 @@ AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, int], Tensor]] = {
 
 def token_weights(mask: Tensor, group: Tensor, cfg: AlgoConfig, max_new_tokens: int) -> Tensor:
     """Per-token loss weights [N, T] for cfg.aggregation; zero where mask is zero."""
-    if cfg.aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown algo.aggregation {cfg.aggregation!r}; choose one of {sorted(AGGREGATIONS)}")
     if mask.dim() != 2 or group.shape != mask.shape[:1]:
         raise ValueError(f"mask must be [N, T] and group [N]; got {tuple(mask.shape)} and {tuple(group.shape)}")
     return AGGREGATIONS[cfg.aggregation](mask.float(), group, max_new_tokens)

@@ -1,6 +1,21 @@
-"""The `algo` config group's schema (AlgoConfig): every knob of the RL objective, validated by rlx.algo.check_config."""
+"""The `algo` config group's schema (AlgoConfig), registered by rlx.config, and its own value checks.
 
-from dataclasses import dataclass, field
+Every check of a single algo value lives here: `AlgoConfig.__post_init__` runs `check()` when the
+composed config is converted (`as_config`, which rlx.preflight does before any model is built), so
+the functions that read the config (losses, aggregation, advantages) trust it. Rules that relate the
+algo group to another group (algo.shared_prefix with model.gradient_checkpointing) are rlx.preflight's.
+"""
+
+import math
+from dataclasses import dataclass, field, fields
+
+# the names each registry holds (rlx.algo.losses.LOSSES, aggregation.AGGREGATIONS, advantages.ADV_NORMS;
+# tests/algo/test_algo_config.py keeps them equal): the schema's vocabulary, here since those modules import this one
+LOSSES = ("cispo", "gspo", "ppo_clip")  # algo.loss
+AGGREGATIONS = ("constant", "prompt", "sample", "token")  # algo.aggregation
+ADV_NORMS = ("batch", "group", "none")  # algo.adv_norm
+LEVELS = ("off", "token", "sequence", "geometric")  # algo.correction.level
+ACTIONS = ("truncate", "mask", "both")  # algo.correction.action
 
 
 @dataclass
@@ -14,6 +29,21 @@ class CorrectionConfig:
     cap: float = 2.0  # truncate: the upper cap C on the weight (>= 1)
     lo: float = 0.5  # mask: lower bound of the kept rho (<= 1; 0 = none)
     hi: float = 2.0  # mask: upper bound of the kept rho (>= 1, finite)
+
+    def check(self) -> None:
+        """Raise ValueError naming the key; run by AlgoConfig's check (the update builds its own
+        token-truncate record from algo.tis_cap, whose cap may be below 1, unchecked)."""
+        if self.level not in LEVELS:
+            raise ValueError(f"unknown algo.correction.level {self.level!r}; choose one of {list(LEVELS)}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown algo.correction.action {self.action!r}; choose one of {list(ACTIONS)}")
+        # the bounds keep rho = 1 (on-policy, equal numerics) untouched: the correction is then the identity
+        if not 1.0 <= self.cap < math.inf:
+            raise ValueError(f"algo.correction.cap must be >= 1 and finite, got {self.cap}")
+        if not 0.0 <= self.lo <= 1.0:
+            raise ValueError(f"algo.correction.lo must be in [0, 1], got {self.lo}")
+        if not 1.0 <= self.hi < math.inf:
+            raise ValueError(f"algo.correction.hi must be >= 1 and finite, got {self.hi}")
 
 
 @dataclass
@@ -71,3 +101,80 @@ class AlgoConfig:
     # metrics (one process; with micro_batch_tokens or shared_prefix). Off by default: on, one process and
     # N ranks agree only to float noise
     forward_only_zero_adv: bool = False
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        _check(self)
+
+
+def _check(a: AlgoConfig) -> None:
+    """Raise ValueError naming the bad field if an algo config cannot run. Written as `not (x >= 0)`:
+    a NaN fails it (a comparison with NaN is false, so `x < 0` would let NaN through)."""
+    for name, registry in (("loss", LOSSES), ("aggregation", AGGREGATIONS), ("adv_norm", ADV_NORMS)):
+        if getattr(a, name) not in registry:
+            raise ValueError(f"unknown algo.{name} {getattr(a, name)!r}; choose one of {sorted(registry)}")
+    for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high"):
+        if not getattr(a, name) >= 0:
+            raise ValueError(f"algo.{name} (a clip range) must be >= 0, got {getattr(a, name)}")
+    if not 0 < a.eps_max < math.inf:
+        raise ValueError(f"algo.eps_max (CISPO cap) must be > 0 and finite, got {a.eps_max}")
+    if not 0 <= a.beta < math.inf:
+        raise ValueError(f"algo.beta must be >= 0 and finite, got {a.beta}")
+    if not 0 < a.adv_eps < math.inf:
+        raise ValueError(f"algo.adv_eps must be > 0 and finite (it keeps a zero-std group's advantages finite), "
+                         f"got {a.adv_eps}")
+    if a.dynamic_sampling and a.zero_variance_filter:
+        raise ValueError("algo.dynamic_sampling (refill) and algo.zero_variance_filter (drop) exclude each other")
+    if a.mu < 1 or a.micro_batch_size < 1 or a.max_resample_rounds < 0:
+        raise ValueError("algo.mu and algo.micro_batch_size must be >= 1, max_resample_rounds >= 0")
+    if a.micro_batch_tokens < 0 or a.logprob_chunk < 0:
+        raise ValueError(f"algo.micro_batch_tokens and algo.logprob_chunk must be >= 0 (0 = off), got "
+                         f"{a.micro_batch_tokens} and {a.logprob_chunk}")
+    if not 0 <= a.tis_cap < math.inf:
+        raise ValueError(f"algo.tis_cap must be >= 0 (0 = off) and finite, got {a.tis_cap}")
+    _check_correction(a)
+    if not 0.0 < a.pass_rate_threshold <= 1.0:
+        raise ValueError(f"algo.pass_rate_threshold must be in (0, 1], got {a.pass_rate_threshold}")
+    _check_optimiser(a)
+
+
+def _check_correction(a: AlgoConfig) -> None:
+    """algo.correction, its overlap with algo.tis_cap, and algo.mismatch_split_every."""
+    a.correction.check()
+    if a.correction.level != "off" and a.tis_cap > 0:
+        raise ValueError("algo.tis_cap > 0 is the token-truncate correction: set algo.correction.level=off with it, "
+                         "or algo.tis_cap=0 and algo.correction.level=token algo.correction.cap=C")
+    if not a.mismatch_split_every >= 0:
+        raise ValueError(f"algo.mismatch_split_every must be >= 0 (0 = off), got {a.mismatch_split_every}")
+
+
+def _check_optimiser(a: AlgoConfig) -> None:
+    if not 0 <= a.lr <= 1:
+        raise ValueError(f"algo.lr must be in [0, 1] (an AdamW step moves each weight by up to lr; 1e38 overflows "
+                         f"in the optimizer), got {a.lr}")
+    for ok, key, why, value in ((a.weight_decay >= 0, "algo.weight_decay", "must be >= 0", a.weight_decay),
+                                (a.grad_clip > 0, "algo.grad_clip", "must be > 0 (the max gradient norm)", a.grad_clip),
+                                (a.warmup_steps >= 0, "algo.warmup_steps", "must be >= 0", a.warmup_steps)):
+        if not ok:
+            raise ValueError(f"{key} {why}; got {value!r}")
+
+
+def as_config(cfg) -> AlgoConfig:
+    """An AlgoConfig (validated: its __post_init__ checks every value) from an AlgoConfig, the composed
+    config's `algo` node or a dict; an unknown key is an error naming it."""
+    if isinstance(cfg, AlgoConfig):
+        return cfg
+    given = dict(cfg.items())
+    unknown = sorted(set(given) - {f.name for f in fields(AlgoConfig)})
+    if unknown:
+        raise ValueError(f"unknown algo option(s): {', '.join(f'algo.{k}' for k in unknown)}")
+    corr = given.get("correction", {})
+    if not isinstance(corr, CorrectionConfig):
+        corr = dict(corr.items())
+        bad = sorted(set(corr) - {f.name for f in fields(CorrectionConfig)})
+        if bad:
+            raise ValueError(f"unknown algo.correction option(s): {', '.join(f'algo.correction.{k}' for k in bad)}")
+        given["correction"] = CorrectionConfig(**corr)
+    return AlgoConfig(**given)

@@ -29,8 +29,6 @@ from torch import Tensor
 
 from rlx.algo.config import CorrectionConfig
 
-LEVELS = ("off", "token", "sequence", "geometric")
-ACTIONS = ("truncate", "mask", "both")
 # sequence / geometric log-weights are clamped here before exp (exp(20) ~ 4.9e8): a long completion's
 # summed log-ratio would overflow float32 (token weights are not clamped: tis_cap stays bit-identical)
 SAFE_LOG = 20.0
@@ -43,27 +41,6 @@ def resolve(a) -> CorrectionConfig | None:
     if a.tis_cap > 0:
         return CorrectionConfig(level="token", action="truncate", cap=float(a.tis_cap))
     return None if a.correction.level == "off" else a.correction
-
-
-def check_correction(a) -> None:
-    """Raise ValueError naming the key if algo.correction / algo.mismatch_split_every cannot run."""
-    c = a.correction
-    if c.level not in LEVELS:
-        raise ValueError(f"unknown algo.correction.level {c.level!r}; choose one of {list(LEVELS)}")
-    if c.action not in ACTIONS:
-        raise ValueError(f"unknown algo.correction.action {c.action!r}; choose one of {list(ACTIONS)}")
-    if c.level != "off" and a.tis_cap > 0:
-        raise ValueError("algo.tis_cap > 0 is the token-truncate correction: set algo.correction.level=off with it, "
-                         "or algo.tis_cap=0 and algo.correction.level=token algo.correction.cap=C")
-    # the bounds keep rho = 1 (on-policy, equal numerics) untouched: the correction is then the identity
-    if not 1.0 <= c.cap < math.inf:
-        raise ValueError(f"algo.correction.cap must be >= 1 and finite, got {c.cap}")
-    if not 0.0 <= c.lo <= 1.0:
-        raise ValueError(f"algo.correction.lo must be in [0, 1], got {c.lo}")
-    if not 1.0 <= c.hi < math.inf:
-        raise ValueError(f"algo.correction.hi must be >= 1 and finite, got {c.hi}")
-    if not a.mismatch_split_every >= 0:
-        raise ValueError(f"algo.mismatch_split_every must be >= 0 (0 = off), got {a.mismatch_split_every}")
 
 
 @dataclass

@@ -77,6 +77,19 @@ def _masked_mean(x: Tensor, mask: Tensor) -> float:
     return float((x.float() * mask).sum() / mask.sum().clamp(min=1))
 
 
+def _check_inputs(logp, old_logp, adv, weights, mask, cfg: AlgoConfig, ref_logp) -> None:
+    """The tensors' shapes agree, and a KL term has its reference log-probs."""
+    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape or weights.shape != logp.shape:
+        raise ValueError(
+            f"logp, old_logp, mask, weights must share one [n, T] shape; got {tuple(logp.shape)}, "
+            f"{tuple(old_logp.shape)}, {tuple(mask.shape)}, {tuple(weights.shape)}"
+        )
+    if adv.shape != logp.shape[:1]:
+        raise ValueError(f"adv must be [n] = {tuple(logp.shape[:1])}, got {tuple(adv.shape)}")
+    if cfg.beta != 0.0 and ref_logp is None:
+        raise ValueError("algo.beta != 0 needs ref_logp (log-probs of the policy with adapters disabled)")
+
+
 def policy_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -95,18 +108,7 @@ def policy_loss(
     (non-detached) ratio the loss uses. `is_weight` [n, T] (detached; the rollout correction's importance
     weights against the engine, algo.correction / algo.tis_cap) multiplies the policy-gradient term per token.
     """
-    if cfg.loss not in LOSSES:
-        raise ValueError(f"unknown algo.loss {cfg.loss!r}; choose one of {sorted(LOSSES)}")
-    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape or weights.shape != logp.shape:
-        raise ValueError(
-            f"logp, old_logp, mask, weights must share one [n, T] shape; got {tuple(logp.shape)}, "
-            f"{tuple(old_logp.shape)}, {tuple(mask.shape)}, {tuple(weights.shape)}"
-        )
-    if adv.shape != logp.shape[:1]:
-        raise ValueError(f"adv must be [n] = {tuple(logp.shape[:1])}, got {tuple(adv.shape)}")
-    if cfg.beta != 0.0 and ref_logp is None:
-        raise ValueError("algo.beta != 0 needs ref_logp (log-probs of the policy with adapters disabled)")
-
+    _check_inputs(logp, old_logp, adv, weights, mask, cfg, ref_logp)
     mask = mask.to(logp.dtype)
     valid = mask > 0
     # zero padded positions first so non-finite padding cannot leak NaN into loss or gradient

@@ -1,6 +1,12 @@
 """One policy update from a shaped rollout batch: advantages, full-batch token weights, mu passes
 over micro-batches, ratio against the rollout's behaviour log-probs, one optimizer step per pass.
 
+`Update` binds what a run's updates share (the algo config, the rollout values the update reads,
+the trainer device, the LR schedule, training noise, the KL reference) once, at build; each step
+calls `update(policy, opt, shaped, dp, step)`, which runs `prepare` (advantages, masks, full-batch
+weights, micro-batches) -> `reference` (the KL reference's log-probs; the trainer's own pre-update
+log-probs are taken in pass 0 at no extra forward) -> `train_passes` -> `summarise` (metrics).
+
 Departures from textbook GRPO, each a config knob: token weights come from the FULL batch before
 micro-batching (the loss does not depend on the split); `algo.tis_cap > 0` adds truncated
 importance sampling against the rollout engine (verl's TIS): the PPO/CISPO/GSPO ratio is then taken
@@ -15,15 +21,20 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
 import torch
+from torch import Tensor
 
 from rlx.algo.advantages import compute_advantages
 from rlx.algo.aggregation import token_weights
+from rlx.algo.config import AlgoConfig, CorrectionConfig, as_config
 from rlx.algo.correction import correction_weights, mismatch_metrics, resolve
 from rlx.algo.losses import policy_loss
-from rlx.algo.shaping import mask_truncated
+from rlx.algo.micro_batches import MicroBatch, batch_logprobs, forward_logprobs, micro_batches
+from rlx.algo.shaping import Shaped, mask_truncated
 from rlx.device import autocast
-from rlx.algo.micro_batches import batch_logprobs, forward_logprobs, micro_batches
+from rlx.distributed import DataParallel, World
 
 
 class NonFiniteError(RuntimeError):
@@ -36,120 +47,188 @@ def _adapters_off(policy):
         yield policy
 
 
-def update(policy, opt, sched, batch, rewards: torch.Tensor, cfg, *, trainer, step: int,
-           train_noise=None, dp=None, ref_policy=None) -> tuple[dict, int]:
-    """Train on `batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
+@dataclass(eq=False)
+class Prepared:
+    """What every pass of one update reads, computed once from the batch (rows [N], columns [T])."""
+
+    adv: Tensor  # [N] advantages, on the trainer device
+    mask: Tensor  # [N, T] loss mask (sampled completion tokens; truncated / interrupted rows zeroed if asked)
+    weights: Tensor  # [N, T] token weights normalized over the FULL batch
+    rollout_logp: Tensor  # [N, T] behaviour log-probs from the engine
+    micro: list[tuple[MicroBatch, bool]]  # this rank's (micro-batch, live) pairs
+    corr: CorrectionConfig | None  # the rollout correction (algo.tis_cap > 0 = token truncate); None = off
+    first_logp: Tensor  # [N, T] trainer log-probs before the update, filled by pass 0
+    entropy: Tensor | None  # [N, T] filled by pass 0 where the engine returned no entropies (vLLM)
+    ref: Tensor | None = None  # [N, T] the KL reference's log-probs (algo.beta > 0)
+
+
+@dataclass(eq=False)
+class Update:
+    """A run's policy update, bound once at build; `update(policy, opt, shaped, dp, step)` per step.
 
     `ref_policy`: the frozen reference for the KL term (full fine-tuning keeps a copy); None = the
-    policy itself with its LoRA adapters disabled.
-    `dp` (rlx.distributed.DataParallel): on N ranks every rank holds the same global batch, computes
-    the same advantages and token weights, and backpropagates only its share of the micro-batches;
-    gradients and statistics are summed across ranks, so the step is the single-process one."""
-    if dp is None:
-        from rlx.distributed import DataParallel, World
+    policy itself with its LoRA adapters disabled. `train_noise`: AQN applied to the training forward
+    too (noise.apply_in_train_forward), else None."""
 
-        dp = DataParallel(policy, World())
-    a = cfg.algo
-    m: dict = {"train/num_sequences": len(batch)}
-    if len(batch) == 0:
-        return m, 0
-    dev = trainer.device
-    params = [p for p in policy.parameters() if p.requires_grad]
-    group = torch.unique(batch.group, return_inverse=True)[1]  # contiguous prompt ids [N]
-    adv = compute_advantages(rewards, group, a).to(dev)  # [N]
-    mask = batch.loss_mask.float()  # [N, T] sampled completion tokens (a forced interruption phrase excluded)
-    if a.mask_truncated:
-        mask = mask_truncated(mask, batch.truncated)
-    if batch.interrupted is not None and cfg.rollout.interrupt.mask_interrupted:
-        mask = mask_truncated(mask, batch.interrupted)
-    weights = token_weights(mask, group, a, cfg.rollout.max_new_tokens).to(dev)  # [N, T] FULL-batch normalizers
-    mask = mask.to(dev)
-    rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
-    temp, fp32_head = cfg.rollout.temperature, a.fp32_lm_head
-    chunk = a.logprob_chunk
-    corr = resolve(a)  # None = no rollout correction (algo.tis_cap > 0 = token truncate)
-    # rows whose loss term is 0 whatever the policy (zero advantage and no KL: a zero-variance group) need
-    # no backward; they are binned apart either way (N ranks split the batch as one process does), and
-    # skipped only in one process (DDP's ranks must run the same backwards)
-    frozen = (adv == 0).cpu() if a.forward_only_zero_adv and a.beta == 0 else None
-    skip_frozen = not dp.world.distributed
-    micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask, frozen=frozen))  # this rank's (mb, live)
-    ref = None
-    if a.beta > 0:  # reference = a frozen copy, or the same model with adapters disabled
-        ref_ctx = nullcontext(ref_policy) if ref_policy is not None else _adapters_off(policy)
-        with ref_ctx as ref_model, autocast(trainer):
-            ref = batch_logprobs(ref_model, [mb for mb, _ in micro], rollout_logp, temp, fp32_head, chunk)  # [N, T]
-    want_entropy = batch.entropy is None  # engines that do not return entropies (vLLM)
-    first_logp = torch.zeros_like(rollout_logp)  # [N, T] trainer log-probs before the update
-    entropy = torch.zeros_like(rollout_logp) if want_entropy else None
-    agg: dict[str, float] = {}
-    trained_tokens = 0
-    tok_total = 0.0
-    policy.train()
-    for epoch in range(a.mu):
-        opt.zero_grad(set_to_none=True)
-        tok_total = 0.0
-        for i, (mb, live) in enumerate(micro):
-            r, t = mb.rows, slice(0, mb.T)  # this micro-batch's rows and completion columns
-            noisy = train_noise.applied(policy, step) if train_noise is not None else nullcontext()
-            with noisy, dp.sync_after(last=i == len(micro) - 1):  # noise restored only after backward
-                backward = mb.grad or not skip_frozen
-                with autocast(trainer), (nullcontext() if backward else torch.no_grad()):
-                    out = forward_logprobs(policy, mb, temp, fp32_head, chunk,
-                                           with_entropy=want_entropy and epoch == 0, decoder=dp.decoder)
-                logp, ent = out if isinstance(out, tuple) else (out, None)
-                logp = logp.float()
-                if not live:  # a rank with fewer micro-batches: same collectives, zero gradient
-                    (logp.sum() * 0.0).backward()
-                    continue
-                is_weight = None
-                if epoch == 0:
-                    first_logp[r, t] = logp.detach()
-                    if ent is not None:
-                        entropy[r, t] = ent
-                if corr is not None:  # ratio vs the trainer's pre-update log-probs, weight vs the rollout's
-                    # whole rows: a sequence-level weight sees its row's every token (filled just above in pass 0)
-                    is_weight = correction_weights(first_logp[r, t], rollout_logp[r, t], mask[r, t], corr).weight
-                    old_s = first_logp[r, t]
-                else:  # ratio against the behaviour policy (PPO-off-policy style for mu > 1)
-                    old_s = rollout_logp[r, t]
-                loss, lm = policy_loss(logp, old_s, adv[r], weights[r, t], mask[r, t], a,
-                                       ref_logp=ref[r, t] if ref is not None else None, is_weight=is_weight)
-                if not torch.isfinite(loss):
-                    raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
-                                         "last checkpoint left intact")
-                if backward:  # a forward-only micro-batch's loss is 0: nothing to backpropagate
-                    (loss * dp.loss_scale).backward()
-            ntok = float(mask[r, t].sum())
-            tok_total += ntok
-            for k, v in lm.items():  # token-weighted mean over micro-batches (max for */max)
-                agg[k] = max(agg.get(k, -math.inf), v) if k.endswith("/max") else agg.get(k, 0.0) + v * ntok
-            agg["actor/loss"] = agg.get("actor/loss", 0.0) + loss.item() * ntok
+    algo: AlgoConfig
+    temperature: float  # rollout.temperature: the log-probs are those of the sampling distribution
+    max_new_tokens: int  # rollout.max_new_tokens (algo.aggregation=constant's normalizer)
+    mask_interrupted: bool  # rollout.interrupt.mask_interrupted: interrupted rows leave the loss
+    trainer: object  # rlx.device.Trainer: device and autocast dtype
+    sched: object  # the LR scheduler of the optimizer passed to each call (stepped once per pass)
+    train_noise: object = None
+    ref_policy: torch.nn.Module | None = None
+
+    @classmethod
+    def from_config(cls, cfg, trainer, sched, train_noise=None, ref_policy=None) -> Update:
+        """From the composed config: its algo group and the three rollout values the update reads."""
+        r = cfg.rollout
+        return cls(as_config(cfg.algo), r.temperature, r.max_new_tokens, r.interrupt.mask_interrupted,
+                   trainer, sched, train_noise, ref_policy)
+
+    def __call__(self, policy, opt, shaped: Shaped, dp: DataParallel | None, step: int) -> tuple[dict, int]:
+        """Train on `shaped.batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
+
+        `dp` (rlx.distributed.DataParallel; None = one process): on N ranks every rank holds the same
+        global batch, computes the same advantages and token weights, and backpropagates only its share
+        of the micro-batches; gradients and statistics are summed across ranks, so the step is the
+        single-process one."""
+        dp = dp if dp is not None else DataParallel(policy, World())
+        batch = shaped.batch
+        m: dict = {"train/num_sequences": len(batch)}
+        if len(batch) == 0:
+            return m, 0
+        prep = self.prepare(batch, shaped.rewards, dp)
+        prep.ref = self.reference(policy, prep)
+        policy.train()
+        agg, tok_total, grad_norm, trained_tokens = self.train_passes(policy, opt, prep, dp, step)
+        policy.eval()
+        m.update(self.summarise(agg, tok_total, grad_norm, prep, batch, dp))
+        return m, trained_tokens
+
+    def prepare(self, batch, rewards: Tensor, dp: DataParallel) -> Prepared:
+        """Advantages, the loss mask and full-batch token weights, and this rank's micro-batches."""
+        a, dev = self.algo, self.trainer.device
+        group = torch.unique(batch.group, return_inverse=True)[1]  # contiguous prompt ids [N]
+        adv = compute_advantages(rewards, group, a).to(dev)  # [N]
+        mask = batch.loss_mask.float()  # [N, T] sampled completion tokens (a forced interruption phrase excluded)
+        if a.mask_truncated:
+            mask = mask_truncated(mask, batch.truncated)
+        if batch.interrupted is not None and self.mask_interrupted:
+            mask = mask_truncated(mask, batch.interrupted)
+        weights = token_weights(mask, group, a, self.max_new_tokens).to(dev)  # [N, T] FULL-batch normalizers
+        rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
+        # rows whose loss term is 0 whatever the policy (zero advantage and no KL: a zero-variance group) need
+        # no backward; they are binned apart either way (N ranks split the batch as one process does), and
+        # skipped only in one process (DDP's ranks must run the same backwards)
+        frozen = (adv == 0).cpu() if a.forward_only_zero_adv and a.beta == 0 else None
+        micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask, frozen=frozen))
+        entropy = torch.zeros_like(rollout_logp) if batch.entropy is None else None
+        return Prepared(adv, mask.to(dev), weights, rollout_logp, micro, resolve(a),
+                        torch.zeros_like(rollout_logp), entropy)
+
+    def reference(self, policy, prep: Prepared) -> Tensor | None:
+        """The KL reference's log-probs [N, T] (a frozen copy, or the policy with adapters disabled); None
+        without a KL term. The trainer's own pre-update log-probs come from pass 0 (no extra forward)."""
+        a = self.algo
+        if not a.beta > 0:
+            return None
+        ref_ctx = nullcontext(self.ref_policy) if self.ref_policy is not None else _adapters_off(policy)
+        with ref_ctx as ref_model, autocast(self.trainer):
+            return batch_logprobs(ref_model, [mb for mb, _ in prep.micro], prep.rollout_logp, self.temperature,
+                                  a.fp32_lm_head, a.logprob_chunk)
+
+    def train_passes(self, policy, opt, prep: Prepared, dp: DataParallel, step: int):
+        """algo.mu passes over the micro-batches, one optimizer step each. Returns (metric accumulators,
+        the last pass's tokens on this rank, the last gradient norm, trained tokens)."""
+        params = [p for p in policy.parameters() if p.requires_grad]
+        agg: dict[str, float] = {}
+        trained_tokens, tok_total, grad_norm = 0, 0.0, None
+        for epoch in range(self.algo.mu):
+            opt.zero_grad(set_to_none=True)
+            tok_total = 0.0
+            for i, (mb, live) in enumerate(prep.micro):
+                tok_total += self._micro_step(policy, mb, live, i == len(prep.micro) - 1, epoch, prep, dp, step, agg)
+            grad_norm = self._optimizer_step(params, opt, dp, step)
+            trained_tokens += int(prep.mask.sum())
+        return agg, tok_total, grad_norm, trained_tokens
+
+    def _micro_step(self, policy, mb: MicroBatch, live: bool, last: bool, epoch: int, prep: Prepared,
+                    dp: DataParallel, step: int, agg: dict) -> float:
+        """Forward (and backward) of one micro-batch; adds its metrics to `agg`, returns its loss tokens."""
+        a = self.algo
+        noisy = self.train_noise.applied(policy, step) if self.train_noise is not None else nullcontext()
+        with noisy, dp.sync_after(last=last):  # noise restored only after backward
+            backward = mb.grad or dp.world.distributed  # one process skips forward-only micro-batches' backward
+            with autocast(self.trainer), (nullcontext() if backward else torch.no_grad()):
+                out = forward_logprobs(policy, mb, self.temperature, a.fp32_lm_head, a.logprob_chunk,
+                                       with_entropy=prep.entropy is not None and epoch == 0, decoder=dp.decoder)
+            logp, ent = out if isinstance(out, tuple) else (out, None)
+            logp = logp.float()
+            # a dead repeat (a rank with fewer micro-batches) only lends its graph: same collectives, zero gradient
+            loss, lm = self._loss(logp, ent, mb, epoch, prep, step) if live else (logp.sum(), {})
+            if backward:  # a forward-only micro-batch's loss is 0: nothing to backpropagate
+                dp.backward(loss, live)
+        if not live:
+            return 0.0
+        ntok = float(prep.mask[mb.rows, : mb.T].sum())
+        for k, v in lm.items():  # token-weighted mean over micro-batches (max for */max)
+            agg[k] = max(agg.get(k, -math.inf), v) if k.endswith("/max") else agg.get(k, 0.0) + v * ntok
+        agg["actor/loss"] = agg.get("actor/loss", 0.0) + loss.item() * ntok
+        return ntok
+
+    def _loss(self, logp: Tensor, ent: Tensor | None, mb: MicroBatch, epoch: int, prep: Prepared, step: int):
+        """The policy loss of one live micro-batch; pass 0 also records its pre-update log-probs and entropies."""
+        r, t = mb.rows, slice(0, mb.T)  # this micro-batch's rows and completion columns
+        is_weight = None
+        if epoch == 0:
+            prep.first_logp[r, t] = logp.detach()
+            if ent is not None:
+                prep.entropy[r, t] = ent
+        if prep.corr is not None:  # ratio vs the trainer's pre-update log-probs, weight vs the rollout's
+            # whole rows: a sequence-level weight sees its row's every token (filled just above in pass 0)
+            is_weight = correction_weights(prep.first_logp[r, t], prep.rollout_logp[r, t], prep.mask[r, t],
+                                           prep.corr).weight
+            old_s = prep.first_logp[r, t]
+        else:  # ratio against the behaviour policy (PPO-off-policy style for mu > 1)
+            old_s = prep.rollout_logp[r, t]
+        loss, lm = policy_loss(logp, old_s, prep.adv[r], prep.weights[r, t], prep.mask[r, t], self.algo,
+                               ref_logp=prep.ref[r, t] if prep.ref is not None else None, is_weight=is_weight)
+        if not torch.isfinite(loss):
+            raise NonFiniteError(f"non-finite loss ({loss.item()}) at step {step}; update refused, "
+                                 "last checkpoint left intact")
+        return loss, lm
+
+    def _optimizer_step(self, params: list, opt, dp: DataParallel, step: int) -> Tensor:
+        """Reduce and clip the pass's gradients, then one optimizer and one LR-schedule step."""
         for q in params:  # every micro-batch forward-only: zero gradients, so AdamW still steps (momentum, decay)
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
         dp.reduce_grads()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.algo.grad_clip)
         if not torch.isfinite(grad_norm):
             raise NonFiniteError(f"non-finite gradient norm at step {step}; update refused, last checkpoint left intact")
         opt.step()
-        sched.step()
-        trained_tokens += int(mask.sum())
-    policy.eval()
-    sums, maxes = dp.reduce_stats({k: v for k, v in agg.items() if not k.endswith("/max")} | {"_tok": tok_total},
-                                  {k: v for k, v in agg.items() if k.endswith("/max")})
-    tok_total = sums.pop("_tok")  # the last pass's tokens, all ranks
-    n_upd = a.mu * max(tok_total, 1.0)
-    for k, v in {**sums, **maxes}.items():
-        m[k] = v if k.endswith("/max") else v / n_upd
-    m["actor/grad_norm"] = grad_norm.item()
-    m["actor/lr"] = sched.get_last_lr()[0]
-    if dp.world.distributed:  # each rank filled its own rows; zeros elsewhere
-        dp.world.all_reduce(first_logp)
-        if entropy is not None:
-            dp.world.all_reduce(entropy)
-    cmask = batch.loss_mask.to(dev)
-    m.update(mismatch_metrics(first_logp, rollout_logp, cmask, corr))  # every step: |diff|, KL, quantiles, weights
-    if entropy is not None:
-        m["actor/entropy"] = ((entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()
-    return m, trained_tokens
+        self.sched.step()
+        return grad_norm
+
+    def summarise(self, agg: dict, tok_total: float, grad_norm: Tensor, prep: Prepared, batch,
+                  dp: DataParallel) -> dict:
+        """actor/* means over every rank's tokens and passes, the trainer-vs-engine mismatch, entropy."""
+        sums, maxes = dp.reduce_stats({k: v for k, v in agg.items() if not k.endswith("/max")} | {"_tok": tok_total},
+                                      {k: v for k, v in agg.items() if k.endswith("/max")})
+        tok_total = sums.pop("_tok")  # the last pass's tokens, all ranks
+        n_upd = self.algo.mu * max(tok_total, 1.0)
+        m = {k: v if k.endswith("/max") else v / n_upd for k, v in {**sums, **maxes}.items()}
+        m["actor/grad_norm"] = grad_norm.item()
+        m["actor/lr"] = self.sched.get_last_lr()[0]
+        if dp.world.distributed:  # each rank filled its own rows; zeros elsewhere
+            dp.world.all_reduce(prep.first_logp)
+            if prep.entropy is not None:
+                dp.world.all_reduce(prep.entropy)
+        cmask = batch.loss_mask.to(self.trainer.device)
+        # every step: |diff|, KL, quantiles, weights
+        m.update(mismatch_metrics(prep.first_logp, prep.rollout_logp, cmask, prep.corr))
+        if prep.entropy is not None:
+            m["actor/entropy"] = ((prep.entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()
+        return m

@@ -1,4 +1,6 @@
-"""Batch shaping helpers: DAPO overlong punishment, zero-variance groups, truncation masking."""
+"""algo's shaping step (`Shaping`, bound once at build and called by the loop every step) and its helpers:
+DAPO overlong punishment, ScaleRL's pass-rate curriculum, dynamic sampling / zero-variance filter,
+truncation masking."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import torch
 from torch import Tensor
 
 from rlx.algo.advantages import group_index
-from rlx.algo.config import AlgoConfig
+from rlx.algo.config import AlgoConfig, as_config
+from rlx.algo.curriculum import PassRateCurriculum
 
 
 def overlong_penalty(lengths: Tensor, cfg: AlgoConfig, max_new_tokens: int) -> Tensor:
@@ -84,3 +87,43 @@ def shape_batch(batch, rewards: Tensor, cfg: AlgoConfig, group_size: int, prompt
     if cfg.zero_variance_filter:
         return Shaped(batch.select(~zero_var), rewards[~zero_var], {"train/dropped_groups": int(zero_var.sum()) // G})
     return Shaped(batch, rewards)
+
+
+@dataclass
+class Shaping:
+    """The shaping step of one run, bound at build, in the order the loop calls it:
+    `rewards(batch, rewards)` adds DAPO's overlong punishment (algo.overlong_shaping) to scored rewards
+    (the step's batch and every refill, before any metric reads them); `shape(...)` records the step's
+    pass rates in ScaleRL's curriculum (algo.no_positive_resampling: solved prompts retire, so refills
+    and later steps skip them) and then refills or drops zero-variance groups (`shape_batch`)."""
+
+    algo: AlgoConfig
+    group_size: int  # rollout.group_size
+    prompts_per_step: int  # rollout.prompts_per_step
+    max_new_tokens: int  # rollout.max_new_tokens (L_max when algo.overlong_max_len = 0)
+    curriculum: PassRateCurriculum | None = None  # the run's (checkpointed by rlx.resume), None when off
+
+    @classmethod
+    def from_config(cls, cfg) -> Shaping:
+        """From the composed config: its algo group and the rollout values shaping reads."""
+        a, r = as_config(cfg.algo), cfg.rollout
+        curriculum = PassRateCurriculum(a.pass_rate_threshold) if a.no_positive_resampling else None
+        return cls(a, r.group_size, r.prompts_per_step, r.max_new_tokens, curriculum)
+
+    def rewards(self, batch, rewards: Tensor) -> Tensor:
+        """Scored rewards [N] plus DAPO's overlong punishment of the batch's lengths (unchanged when off)."""
+        if not self.algo.overlong_shaping:
+            return rewards
+        return rewards + overlong_penalty(batch.lengths, self.algo, self.max_new_tokens)
+
+    def shape(self, examples, batch, rewards: Tensor, passed: Tensor,
+              refill: Callable[[int], tuple] | None = None) -> Shaped:
+        """The rows that reach the loss. `examples` [B] the step's prompts, `passed` [N] 0/1 per row."""
+        metrics = {}
+        if self.curriculum is not None:  # before any refill: a prompt solved now is not drawn again
+            rates = passed.view(-1, self.group_size).mean(1).tolist()  # [B] pass rate per prompt
+            self.curriculum.update([e.key for e in examples], rates)
+            metrics["train/retired_prompts"] = len(self.curriculum)
+        shaped = shape_batch(batch, rewards, self.algo, self.group_size, self.prompts_per_step, refill)
+        shaped.metrics = {**metrics, **shaped.metrics}
+        return shaped

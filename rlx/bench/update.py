@@ -103,7 +103,7 @@ def one_update(cfg, policy, batch, rewards, trainer, setting: str) -> tuple[floa
     import torch
     from omegaconf import OmegaConf
 
-    from rlx.algo import update
+    from rlx.algo import Shaped, Update
 
     from dataclasses import replace
 
@@ -116,7 +116,7 @@ def one_update(cfg, policy, batch, rewards, trainer, setting: str) -> tuple[floa
     opt = torch.optim.AdamW(params, lr=c.algo.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     t0, c0 = time.perf_counter(), time.process_time()
-    update(policy, opt, sched, batch, rewards, c, trainer=trainer, step=1)
+    Update.from_config(c, trainer, sched)(policy, opt, Shaped(batch, rewards), None, 1)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     with torch.no_grad():
         for q, s in zip(params, saved):
