@@ -149,7 +149,7 @@ def test_bad_correction_config_names_the_key(bad, key):
         check_config(AlgoConfig(**bad))
 
 
-# ---------------------------------------------------------------- through rlx.algo.update
+# ---------------------------------------------------------------- through rlx.algo.Update
 
 
 from tests.algo.test_algo_update import setup  # noqa: E402,F401  (the tiny LoRA policy and one sampled batch)
@@ -161,7 +161,7 @@ def _merged(cfg, **algo):
 
 
 def _update(policy, cfg, trainer, batch, **algo):
-    from rlx.algo import update
+    from rlx.algo import Shaped, Update
 
     cfg = _merged(cfg, **algo)
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -169,7 +169,7 @@ def _update(policy, cfg, trainer, batch, **algo):
     opt = torch.optim.SGD(params, lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     rewards = torch.arange(len(batch), dtype=torch.float32) % 3
-    m, _ = update(policy, opt, sched, batch, rewards, cfg, trainer=trainer, step=1)
+    m, _ = Update.from_config(cfg, trainer, sched)(policy, opt, Shaped(batch, rewards), None, 1)
     delta = [p.detach() - s for p, s in zip(params, saved)]
     with torch.no_grad():
         for p, s in zip(params, saved):

@@ -81,3 +81,58 @@ def test_check_config_names_the_bad_field(field, value):
 def test_check_config_rejects_refill_and_drop_together():
     with pytest.raises(ValueError, match="dynamic_sampling"):
         check_config(AlgoConfig(dynamic_sampling=True, zero_variance_filter=True))
+
+
+# ---- the shaping step the loop calls (rlx.algo.Shaping) ---------------------------------------------
+from dataclasses import dataclass  # noqa: E402
+
+from rlx.algo import Shaping  # noqa: E402
+
+
+@dataclass
+class Rows:
+    """The part of a RolloutBatch that shaping reads."""
+
+    group: torch.Tensor  # [N]
+    lengths: torch.Tensor  # [N]
+    completion_mask: torch.Tensor  # [N, T]
+
+    def select(self, keep):
+        return Rows(self.group[keep], self.lengths[keep], self.completion_mask[keep])
+
+    @classmethod
+    def concat(cls, parts):
+        return cls(*(torch.cat([getattr(p, f) for p in parts]) for f in ("group", "lengths", "completion_mask")))
+
+
+def _rows(group, lengths):
+    return Rows(torch.tensor(group), torch.tensor(lengths), torch.ones(len(group), 2))
+
+
+def test_shaping_rewards_add_the_overlong_penalty_only_when_on():
+    """L_max = max_new_tokens 16, L_cache 4: 0 up to 12, (12 - 14) / 4 = -0.5 at 14, -1 beyond 16."""
+    batch, rewards = _rows([0, 0, 1, 1], [4, 14, 17, 12]), torch.tensor([1.0, 1.0, 1.0, 0.0])
+    on = Shaping(AlgoConfig(overlong_shaping=True, overlong_cache=4), 2, 2, 16)
+    torch.testing.assert_close(on.rewards(batch, rewards), torch.tensor([1.0, 0.5, 0.0, 0.0]))
+    assert Shaping(AlgoConfig(), 2, 2, 16).rewards(batch, rewards) is rewards
+
+
+def test_shaping_records_pass_rates_before_any_refill():
+    """Prompt a passes 2/2 (rate 1 >= 0.9: retired), b 1/2. Group 0 (rewards 1, 1) has no variance and goes;
+    the refill asked for the one missing group already sees a retired, and its group gets id 2 (after 0, 1)."""
+    batch = _rows([0, 0, 1, 1], [3, 3, 3, 3])
+    rewards, passed = torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.tensor([1.0, 1.0, 1.0, 0.0])
+    shaping = Shaping(AlgoConfig(dynamic_sampling=True, no_positive_resampling=True), 2, 2, 8, PassRateCurriculum(0.9))
+    seen = []
+
+    def refill(n):
+        seen.append((n, shaping.curriculum.is_retired("a")))
+        return _rows([0, 0], [5, 5]), torch.tensor([1.0, 0.0])
+
+    examples = [type("E", (), {"key": k})() for k in ("a", "b")]
+    out = shaping.shape(examples, batch, rewards, passed, refill)
+    assert seen == [(1, True)]
+    assert out.batch.group.tolist() == [1, 1, 2, 2] and out.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert out.gen_tokens == 4  # the refill's 2 rows x 2 completion tokens
+    assert out.metrics == {"train/retired_prompts": 1, "train/dynamic_sampling/rounds": 1,
+                           "train/dynamic_sampling/refilled_groups": 1, "train/dynamic_sampling/dropped_groups": 1}

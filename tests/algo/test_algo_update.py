@@ -1,4 +1,4 @@
-"""rlx.algo.update on a real tiny LoRA policy: trimming padding changes the work, not the update."""
+"""rlx.algo.Update on a real tiny LoRA policy: trimming padding changes the work, not the update."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlx.algo import Shaped, Update
 from rlx.config import RLXConfig, TrainerConfig
 from rlx.device import resolve
 from rlx.rollout import SamplingParams, build_engine
@@ -31,7 +32,7 @@ def run_update(policy, cfg, trainer, batch, trim: bool, beta: float = 0.0, tis: 
     opt = torch.optim.SGD(params, lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     rewards = torch.arange(len(batch), dtype=torch.float32) % 3  # varied within groups
-    m, _ = __import__("rlx.algo", fromlist=["update"]).update(policy, opt, sched, batch, rewards, cfg, trainer=trainer, step=1)
+    m, _ = Update.from_config(cfg, trainer, sched)(policy, opt, Shaped(batch, rewards), None, 1)
     delta = [p.detach() - s for p, s in zip(params, saved)]  # = -grad (SGD, lr 1, clip 1)
     with torch.no_grad():
         for p, s in zip(params, saved):
@@ -125,3 +126,19 @@ def test_mask_interrupted_drops_interrupted_rows_from_the_loss(setup):
     assert max((a - b).abs().max().item() for a, b in zip(d_keep, d_mask)) > 0
     for a, b in zip(d_mask, d_only):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_dp_backward_scales_a_live_loss_and_zeroes_a_dead_repeat():
+    """A live micro-batch backpropagates loss x loss_scale (N ranks: N, as DDP averages); a dead repeat the
+    same graph times 0: every rank runs the same backwards, the repeat adds no gradient."""
+    from rlx.distributed import DataParallel, World
+
+    dp = DataParallel(torch.nn.Linear(1, 1), World())
+    assert dp.loss_scale == 1.0  # one process
+    dp.loss_scale = 3.0  # what three ranks set
+    w = torch.tensor(2.0, requires_grad=True)
+    dp.backward(w * 5.0, live=True)
+    assert w.grad.item() == 15.0  # d(3 * 5 w) / dw
+    w.grad = None
+    dp.backward(w * 5.0, live=False)
+    assert w.grad.item() == 0.0

@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rlx.algo import update
+from rlx.algo import Shaped, Update
 from rlx.algo.micro_batches import micro_batches
 from tests.algo.test_algo_update import setup  # noqa: F401  (a tiny LoRA policy and a batch of 5 prompts x 4)
 
@@ -23,7 +23,7 @@ def run(setup, **algo):
     opt = torch.optim.SGD(params, lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     rewards = torch.arange(len(batch), dtype=torch.float32) % 3  # varied within groups
-    m, _ = update(policy, opt, sched, batch, rewards, cfg, trainer=trainer, step=1)
+    m, _ = Update.from_config(cfg, trainer, sched)(policy, opt, Shaped(batch, rewards), None, 1)
     delta = [p.detach() - s for p, s in zip(params, saved)]  # = -grad (SGD, lr 1; clip 1 scales both alike)
     with torch.no_grad():
         for p, s in zip(params, saved):
@@ -138,7 +138,7 @@ def test_forward_only_zero_advantage_is_the_same_update(setup, rewards_of):
         for q in params:  # a previous step's momentum, so that a zero-gradient step still moves the weights
             opt.state[q] = {"step": torch.tensor(1.0), "exp_avg": torch.full_like(q, 1e-3), "exp_avg_sq": torch.full_like(q, 1e-6)}
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        m, _ = update(policy, opt, sched, batch, rewards, c, trainer=trainer, step=1)
+        m, _ = Update.from_config(c, trainer, sched)(policy, opt, Shaped(batch, rewards), None, 1)
         outs.append((m, [p.detach() - s for p, s in zip(params, saved)]))
         with torch.no_grad():
             for p, s in zip(params, saved):

@@ -222,10 +222,10 @@ def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_p
     """An update that leaves inf in one LoRA weight (as an lr blow-up does) is never written to disk."""
     import rlx.algo
 
-    real, seen = rlx.algo.update, {}
+    real, seen = rlx.algo.Update.__call__, {}
 
-    def blow_up(policy, *a, step, **k):
-        out = real(policy, *a, step=step, **k)
+    def blow_up(self, policy, opt, shaped, dp, step):
+        out = real(self, policy, opt, shaped, dp, step)
         if step == 3:
             name, q = [(n, q) for n, q in policy.named_parameters() if q.requires_grad][5]
             with torch.no_grad():
@@ -233,7 +233,7 @@ def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_p
             seen["name"] = name
         return out
 
-    monkeypatch.setattr(rlx.algo, "update", blow_up)
+    monkeypatch.setattr(rlx.algo.Update, "__call__", blow_up)
     from rlx.algo import NonFiniteError
 
     with pytest.raises(NonFiniteError, match=r"step 3: trainable parameter (\S+) has 1 non-finite") as e:

@@ -51,7 +51,7 @@ def test_full_finetune_trains_every_base_weight_and_raises_the_objective(tmp_pat
             return float((adv[:, None] * lp * batch.loss_mask).sum())
 
         j0 = objective()
-        A.update(p.policy, p.opt, p.sched, batch, rewards, p.cfg, trainer=p.trainer, step=1, dp=p.dp)
+        p.update(p.policy, p.opt, A.Shaped(batch, rewards), p.dp, 1)
         after = _weights(p.policy)
         for n in names:  # every base tensor moved; the embedding only in the rows of tokens the batch holds
             changed = (after[n] != before[n]).float().mean().item()
@@ -282,7 +282,7 @@ def test_smollm2_trains_every_weight_with_full_finetuning(tmp_path):
         before = _weights(p.policy)
         examples, batch = generate(p, 2, 1)
         rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])  # [N] one better completion per group: every advantage is +-1
-        A.update(p.policy, p.opt, p.sched, batch, rewards, cfg, trainer=p.trainer, step=1, dp=p.dp)
+        p.update(p.policy, p.opt, A.Shaped(batch, rewards), p.dp, 1)
         moved = [n for n, q in p.policy.named_parameters() if not torch.equal(q.detach(), before[n])]
         assert moved == names  # every tensor, the embedding (and so the tied head) included
     finally:
