@@ -4,7 +4,7 @@ pass@k is the unbiased estimator of Chen et al. (2021, "Evaluating Large Languag
 Code", eq. 1): from n samples of which c pass, the probability that at least one of k samples drawn
 without replacement passes, 1 - C(n - c, k) / C(n, k), averaged over prompts. maj@k takes the first k
 samples of each prompt, extracts each one's final answer with the task's own extraction
-(rlx.tasks.rewards.final_answer: what the `correct` reward compares), and scores the most frequent
+(rlx.tasks.answers.final_answer: what the `correct` reward compares), and scores the most frequent
 answer (ties: the one that appears first; an empty answer is no vote) by the pass flag of the first
 sample that gave it. Answers are compared by `vote_key`: without surrounding spaces, markdown emphasis
 and a trailing full stop (rlx.tasks.verify.unwrap), and a plain numeral (`18`, `-3.50`, `1,000`, `.5`,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from rlx.eval.metrics import set_metrics
-from rlx.tasks.rewards import final_answer
+from rlx.tasks.answers import final_answer
 
 
 def summarize(results: list, ks: list[int]) -> dict:

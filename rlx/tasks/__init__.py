@@ -1,7 +1,7 @@
 """Tasks: synthetic generators and local-file datasets, chosen by `task.name`."""
 
 from rlx.tasks.base import Example, Task
-from rlx.tasks.files import FileTask, check_paths
+from rlx.tasks.files import FileTask, check_paths, load_eval_sets
 from rlx.tasks.rewards import REWARDS, register_reward
 from rlx.tasks.synthetic import Arith, KeyedRules, Multiply
 from rlx.tasks.user_rewards import check_reward_specs
@@ -31,7 +31,7 @@ def build_task(cfg) -> Task:
     """The task with its splits and eval sets loaded and checked against the reward functions' columns."""
     check_task_config(cfg)
     task = TASKS[cfg.name](cfg)
-    task.load_eval_sets()
+    load_eval_sets(task)
     task.check_columns()
     return task
 

@@ -7,14 +7,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import re
 from dataclasses import dataclass, field
 
 from rlx.tasks.rewards import BATCH, REWARDS
 from rlx.tasks.user_rewards import UserRewards, check_reward_specs, is_import_path, load_reward, required_columns
-
-EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # becomes part of a metric key: val/<name>/acc
-
 
 @dataclass(frozen=True)
 class Example:
@@ -44,7 +40,7 @@ class Task:
         self.cfg = cfg
         self.train: list[Example] = []
         self.eval: list[Example] = []  # every held-out example (all eval sets)
-        self.eval_sets: dict[str, list[Example]] = {}  # name -> examples (filled by `load_eval_sets`)
+        self.eval_sets: dict[str, list[Example]] = {}  # name -> examples (filled by rlx.tasks.files.load_eval_sets)
         self.names = check_reward_specs(cfg.rewards)  # {task.rewards entry: logged name}
         self.weights = {self.names[spec]: w for spec, w in cfg.rewards.items()}
         user = [spec for spec in cfg.rewards if is_import_path(spec)]
@@ -64,30 +60,6 @@ class Task:
     def named_eval(self) -> bool:
         """Whether task.eval names the eval sets (metrics val/<name>/...) or the one held-out split is used."""
         return bool(self.cfg.get("eval"))
-
-    def load_eval_sets(self) -> None:
-        """task.eval {name: {path, n, ...}} -> self.eval_sets; empty: one set, the task's held-out split."""
-        from rlx.tasks.files import load_split
-
-        if not self.named_eval:
-            self.eval_sets = {"default": self.eval}
-            return
-        own, sets = self.eval, {}
-        for name, spec in self.cfg.eval.items():
-            if not EVAL_SET_NAME.match(name):
-                raise ValueError(f"task.eval: set name '{name}' must match {EVAL_SET_NAME.pattern} (it becomes "
-                                 f"the metric key val/<name>/acc)")
-            if spec.n < 0:
-                raise ValueError(f"task.eval.{name}.n must be >= 0 (0 = every row), got {spec.n}")
-            if spec.path is None:
-                examples = own
-            else:
-                fields = {k: spec[k] if spec[k] is not None else self.cfg.get(k)
-                          for k in ("question_field", "answer_field", "answer_regex", "prompt_template")}
-                examples = load_split(spec.path, _Fields(**fields), f"task.eval.{name}.path")
-            sets[name] = examples[: spec.n] if spec.n else examples
-        self.eval_sets = sets
-        self.eval = [e for examples in sets.values() for e in examples]
 
     def check_columns(self) -> None:
         """Each import-path reward's required parameters are columns of every split (else: which one lacks it)."""
@@ -225,12 +197,3 @@ class Task:
             return [any(c[i] >= 1.0 for c in checks) for i in range(n)]
         return [sum(per_fn[k][i] for k in per_fn if not math.isnan(per_fn[k][i])) > 0 for i in range(n)]
 
-
-@dataclass
-class _Fields:
-    """The column mapping of one eval set (task.eval.<name>, unset keys taken from task.*)."""
-
-    question_field: str
-    answer_field: str
-    answer_regex: str | None
-    prompt_template: str

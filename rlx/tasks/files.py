@@ -16,11 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlx.tasks.base import Example, Task
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
+EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")  # becomes part of a metric key: val/<name>/acc
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -180,6 +182,40 @@ def load_split(path: str | None, spec, what: str = "task.train_path") -> list[Ex
     """Examples of one split. `spec` carries question_field, answer_field, answer_regex, prompt_template."""
     p, rows = _checked_rows(path, spec, what)
     return _examples(p, list(enumerate(rows)), spec)
+
+
+@dataclass
+class _Fields:
+    """The column mapping of one eval set (task.eval.<name>, unset keys taken from task.*)."""
+
+    question_field: str
+    answer_field: str
+    answer_regex: str | None
+    prompt_template: str
+
+
+def load_eval_sets(task: Task) -> None:
+    """task.eval {name: {path, n, ...}} -> task.eval_sets (and task.eval: all of them); empty: one set, the
+    task's held-out split. Every kind of task reads its named eval sets here (a path is a file of rows)."""
+    if not task.named_eval:
+        task.eval_sets = {"default": task.eval}
+        return
+    own, sets = task.eval, {}
+    for name, spec in task.cfg.eval.items():
+        if not EVAL_SET_NAME.match(name):
+            raise ValueError(f"task.eval: set name '{name}' must match {EVAL_SET_NAME.pattern} (it becomes "
+                             f"the metric key val/<name>/acc)")
+        if spec.n < 0:
+            raise ValueError(f"task.eval.{name}.n must be >= 0 (0 = every row), got {spec.n}")
+        if spec.path is None:
+            examples = own
+        else:
+            fields = {k: spec[k] if spec[k] is not None else task.cfg.get(k)
+                      for k in ("question_field", "answer_field", "answer_regex", "prompt_template")}
+            examples = load_split(spec.path, _Fields(**fields), f"task.eval.{name}.path")
+        sets[name] = examples[: spec.n] if spec.n else examples
+    task.eval_sets = sets
+    task.eval = [e for examples in sets.values() for e in examples]
 
 
 def question_text(q) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from rlx.tasks.answers import final_answer
+
 REWARDS: dict = {}
 BATCH: dict = {}  # name -> fn(completions, examples) -> [float]: the same reward scored a batch at a time
 
@@ -27,33 +29,6 @@ def register_reward(name: str, batch=None):
         return fn
 
     return deco
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...}, nested braces included (None if there is none or it is unclosed)."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i = start + len("\\boxed{")
-    depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None
-
-
-def final_answer(text: str) -> str | None:
-    """The final answer of a completion: the text after the last '####' or inside the last \\boxed{}, else the whole."""
-    if "####" in text:
-        return text.rsplit("####", 1)[1].strip()
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
-    return text.strip()
 
 
 @register_reward("correct")

@@ -1,6 +1,6 @@
 """math-verify on the final answer only, under a hard bound (a pool of worker processes, rlx.tasks.workers).
 
-What is verified is the completion's final answer by the task's own convention (rlx.tasks.rewards.
+What is verified is the completion's final answer by the task's own convention (rlx.tasks.answers.
 final_answer): the text after the last `####`, else the last `\\boxed{}`, else the whole text. It is
 handed to math-verify as ONE expression (`\\boxed{answer}`, which math-verify converts whole), never as
 free text: on undelimited text math-verify extracts pieces, e.g. the bare `\\frac{1}{2}` inside
@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 
+from rlx.tasks.answers import final_answer
 from rlx.tasks.workers import WorkerPool, cap_memory, serve  # noqa: F401  (cap_memory re-exported)
 
 MAX_CHARS = 20_000  # longer completions are not parsed (scored 0)
@@ -162,8 +163,6 @@ class BoundedVerifier:
         return self.pool.stats
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
-        from rlx.tasks.rewards import final_answer
-
         out: list[float] = [0.0] * len(pairs)
         asks, where = [], []
         for i, (gold, completion) in enumerate(pairs):

@@ -126,7 +126,7 @@ def _math_task(tmp_path, gold: str, rewards=None):
 
 
 def test_boxed_answers_with_nested_braces(tmp_path):
-    from rlx.tasks.rewards import last_boxed
+    from rlx.tasks.answers import last_boxed
 
     assert last_boxed(r"so \boxed{\frac{1}{2}}.") == r"\frac{1}{2}"
     assert last_boxed(r"\boxed{1} then \boxed{\sqrt{\frac{a}{b}}}") == r"\sqrt{\frac{a}{b}}"

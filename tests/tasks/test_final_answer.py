@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from rlx.config import TaskConfig
 from rlx.tasks import build_task
-from rlx.tasks.rewards import REWARDS, final_answer
+from rlx.tasks.answers import final_answer
+from rlx.tasks.rewards import REWARDS
 from rlx.tasks.verify import PROSE, WHOLE, candidates, unwrap
 
 GSM8K = Path("/work/shared/data/gsm8k/train.jsonl")

@@ -31,7 +31,7 @@ def probe(overrides: list[str], sigmas: list[float], draws: int, prompts: int) -
     from rlx.bench.vs_trl_sides import compose_rlx
     from rlx.rollout.base import SamplingParams
     from rlx.rollout.schedule import generate_groups
-    from rlx.tasks.rewards import final_answer
+    from rlx.tasks.answers import final_answer
     from rlx.tasks.synthetic import RULES
     from rlx.train import build
 
