@@ -36,7 +36,8 @@ def validate(cfg) -> None:
 
 def test_the_five_paper_tables_have_a_sweep_file():
     assert SWEEP_NAMES == ["mini_next", "mini_qerl", "mini_scalerl", "next_table", "qerl_speed", "qerl_table1",
-                           "scalerl_loo", "scalerl_losses", "scalerl_offpolicy", "smollm2_tune", "smollm2_wordproblems"]
+                           "scalerl_loo", "scalerl_losses", "scalerl_offpolicy", "smollm2_qerl", "smollm2_tune",
+                           "smollm2_wordproblems"]
 
 
 TUNING = {"smollm2_tune": "smollm2_wordproblems"}  # a tuning sweep -> the sweep that runs its choice on 3 seeds
@@ -86,6 +87,19 @@ def test_qerl_table1_arms_are_the_papers_columns():
             assert c.quant.double_quant  # QLoRA
         if c.noise.type == "aqn":  # QeRL Table 4 schedule
             assert (c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (1e-2, 5e-4, 10)
+
+
+def test_smollm2_qerl_is_qerls_three_arms_on_the_tuned_recipe_with_the_hf_engine():
+    tuned = compose(["experiment=smollm2_wordproblems"])
+    cols = set()
+    for _, c in _jobs("smollm2_qerl"):
+        cols.add((c.quant.format, c.noise.type))
+        assert c.rollout.engine == "hf" and c.model.source == "gguf"  # vLLM's CPU build serves no NVFP4
+        assert c.algo == tuned.algo and c.train == tuned.train  # the recipe as tuned, whatever the arm
+        if c.noise.type == "aqn":
+            assert (c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (1e-2, 5e-4, 10)
+    assert cols == {("none", "none"), ("nvfp4", "none"), ("nvfp4", "aqn")}
+    assert set(sweep_axes("smollm2_qerl")["seed"]) == {"0", "1", "2"}
 
 
 def test_qerl_speed_covers_every_format_at_batch_2_and_8():
@@ -185,6 +199,7 @@ def test_smollm2_experiment_is_the_pretrained_model_on_word_problems_with_vllm()
     # 4 x 4 = 16 sequences per step, forwarded 4 at a time, on the lean path (docs/lean.md)
     assert cfg.rollout.prompts_per_step * cfg.rollout.group_size == 16 and cfg.algo.micro_batch_size == 4
     assert cfg.algo.shared_prefix and cfg.trainer.dtype == "bf16"
+    assert cfg.algo.name == "cispo"  # GRPO at these settings learned on 2 of 3 seeds, CISPO on 3 (docs/results.md)
     # tuned by sweeps/smollm2_tune.yaml (docs/results.md); not the algo group's 1e-3, which broke 3 of 5 runs
     assert cfg.algo.lr == 3e-4 and cfg.rollout.temperature == 0.7 and cfg.train.steps == 100
     assert compose(["experiment=smollm2_wordproblems", "algo=cispo"]).algo.lr == 3e-4  # in every algo arm
