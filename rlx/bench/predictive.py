@@ -1,4 +1,4 @@
-"""Predictive sweeps on synthetic arms: does the rule (rlx/predictive.py) ever stop an arm that can still win,
+"""Predictive sweeps on synthetic arms: does the rule (rlx/sweeps/rule.py) ever stop an arm that can still win,
 and how much compute does it save?
 
 Each scenario draws `arms` sigmoid arms with known A, B, C_mid (R0 shared): the best A uniform in
@@ -8,7 +8,7 @@ C_mid log-uniform in [10, 40] steps. Every arm has `seeds` seeds; each seed's ev
 offset (sd `seed_sd`) plus Gaussian noise per point (sd `noise`), drawn once, so a later round
 sees the same points plus new ones, as a resumed run would. The rounds then go through the real
 code: seeds pooled by rlx.scaling.grouping.pool, fitted by rlx.scaling (fit_points, bootstrap
-intervals), decided by rlx.predictive.decide_points, budgets first_steps * 2^r.
+intervals), decided by rlx.sweeps.rule.decide_points, budgets first_steps * 2^r.
 
 A *false stop* is a stopped arm whose true A is within `margin` of the best true A. Compute saved:
 1 - (sum of the budgets the arms received) / (arms x the last budget), over all scenarios.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rlx.predictive import decide_points
+from rlx.sweeps.rule import decide_points
 from rlx.scaling.config import ScalingConfig
 from rlx.scaling.curves import sigmoid
 from rlx.scaling.grouping import Series, pool

@@ -10,11 +10,12 @@ from rlx.report.plots import plot_curves, plot_scaling
 from rlx.report.pretrained import infer_engine, infer_setting, pretrained_tables
 from rlx.report.qerl import infer_qerl, infer_speed, qerl_tables, speed_tables
 from rlx.report.scalerl import (
-    infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables, scaling_config,
+    infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables,
 )
 from rlx.report.sweeps import Layout, by_arm, papers, sweep_command
 from rlx.report.tables import completions_section, predictive_section, runs_table
 from rlx.runs import Run, read_sweep
+from rlx.sweeps.points import scaling_config
 
 LAYOUTS: dict[str, Layout] = {
     "qerl_table1": Layout("qerl_table1", "QeRL Table 1 (tiny scale)", infer_qerl, qerl_tables, papers()["qerl"]["labels"]),

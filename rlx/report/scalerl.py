@@ -6,19 +6,13 @@ conf/algo/scalerl.yaml reverted in turn, the arms of sweeps/loo_arm/), off-polic
 
 from __future__ import annotations
 
-from rlx.report.sweeps import arm_settings, papers
+from rlx.report.sweeps import papers
 from rlx.report.tables import md_table, stat, summary_value
 from rlx.runs import Run
 from rlx.scaling.compare import Row, compare_rows, fit_group
-from rlx.scaling.config import ScalingConfig, as_config
-
-
-def scaling_config(jobs: list[Run]) -> ScalingConfig:
-    """The sweep's ScalingConfig (the first job's `scaling.*`, with fit defaulting to sigmoid)."""
-    given = dict(jobs[0].config.get("scaling") or {}) if jobs else {}
-    if given.get("fit", "none") == "none":
-        given["fit"] = "sigmoid"
-    return as_config(given)
+from rlx.scaling.config import ScalingConfig
+from rlx.sweeps.points import scaling_config
+from rlx.sweeps.spec import arm_settings
 
 
 def fit_arms(arms: dict[str, list[Run]], cfg: ScalingConfig) -> dict[str, Row]:

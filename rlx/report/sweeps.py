@@ -1,9 +1,5 @@
-"""What a report takes from the repository: each sweep's arms (sweeps/*.yaml, sweeps/*_arm/) and the papers' numbers.
-
-A sweep's arm axis is the first of its `hydra.sweeper.params` (seed aside) that names a config group
-(a directory `sweeps/<key>/` or `conf/<key>/`): `qerl_arm`, `next_arm`, `loo_arm`, `offpolicy_arm`,
-`algo`, `quant`. Its comma-separated values are the arms, in the paper's order. Published numbers
-and row labels come from `papers.yaml` next to this file.
+"""What a report takes from the repository: each sweep's arms (its arm axis, rlx.sweeps.spec.arm_axis) and the
+papers' numbers. Published numbers and row labels come from `papers.yaml` next to this file.
 """
 
 from __future__ import annotations
@@ -16,37 +12,14 @@ from typing import Callable
 
 import yaml
 
-from rlx.runs import Run, flatten
-
-ROOT = Path(__file__).resolve().parents[2]
-SWEEPS, CONF = ROOT / "sweeps", ROOT / "conf"
+from rlx.runs import Run
+from rlx.sweeps.spec import arm_axis
 
 
 @functools.cache
 def papers() -> dict:
     """rlx/report/papers.yaml: published numbers and arm labels, by paper."""
     return yaml.safe_load((Path(__file__).with_name("papers.yaml")).read_text())
-
-
-@functools.cache
-def arm_axis(sweep: str) -> tuple[str | None, tuple[str, ...]]:
-    """(arm key, arms in order) of sweeps/<sweep>.yaml; (None, ()) when it has no config-group axis."""
-    path = SWEEPS / f"{sweep}.yaml"
-    params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
-    for key, values in params.items():
-        if key != "seed" and ((SWEEPS / key).is_dir() or (CONF / key).is_dir()):
-            return key, tuple(v.strip() for v in str(values).split(","))
-    return None, ()
-
-
-@functools.cache
-def arm_settings(group: str) -> dict[str, dict]:
-    """{arm: its settings, flattened} for every sweeps/<group>/<arm>.yaml (Hydra's `defaults` list left out)."""
-    out = {}
-    for path in sorted((SWEEPS / group).glob("*.yaml")):
-        tree = yaml.safe_load(path.read_text()) or {}
-        out[path.stem] = flatten({k: v for k, v in tree.items() if k != "defaults"})
-    return out
 
 
 @dataclass

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from rlx.runs import Run
+from rlx.runs import Run, parse_metrics
+from rlx.sweeps.decisions import DECISIONS_MD, arm_outcomes, read_decisions
 
 
 @dataclass
@@ -131,10 +133,6 @@ def runs_table(jobs: list[Run]) -> list[str]:
 def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, width: int = 80) -> list[str]:
     """Links to the runs' completion tables (`completions.jsonl`) and, for `per_arm` run(s) of each arm,
     the first `rows` rows of its newest dump: what the policy actually wrote. [] when no run has one."""
-    from pathlib import Path
-
-    from rlx.runs import parse_metrics
-
     out, shown = [], {}
     for j in jobs:
         f = j.path / "completions.jsonl"
@@ -153,10 +151,8 @@ def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, 
 
 
 def predictive_section(root) -> list[str]:
-    """A predictive sweep's schedule (SWEEP_DIR/predictive.jsonl, rlx/predictive.py): the budget each arm
+    """A predictive sweep's schedule (SWEEP_DIR/predictive.jsonl, rlx.sweeps.decisions): the budget each arm
     received and, for a stopped arm, the round and reason. [] for a sweep that ran every arm to the end."""
-    from rlx.predictive import DECISIONS_MD, arm_outcomes, read_decisions
-
     records = read_decisions(root)
     if not records:
         return []

@@ -1,14 +1,20 @@
-"""Shared pieces of the sweep tests: the real sweep files at smoke size, composed or launched."""
+"""Shared pieces of the sweep tests: the real sweep files at smoke size, composed or launched, and a stand-in
+for the multirun of a predictive round (`fake_multirun`)."""
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import yaml
+
 from rlx.runs import read_run
+from rlx.scaling.curves import sigmoid
 from tests.conftest import CONF, ROOT
 
 SWEEPS = ROOT / "sweeps"
@@ -115,3 +121,38 @@ def summary(job: Path) -> dict | None:
 
 def overrides(job: Path) -> dict[str, str]:
     return dict(o.split("=", 1) for o in read_run(job).overrides)
+
+
+# (A, B, C_mid) of each arm's true curve in the predictive driver tests (fake_multirun)
+TRUE = {"scalerl": (0.7, 2.5, 8.0), "on_policy": (0.3, 2.5, 8.0), "adv_group": (0.69, 2.5, 8.0)}
+
+
+def fake_multirun(calls):
+    """Stand-in for `python -m rlx.train -m ...`: writes what each job would (config, overrides, metrics
+    appended from its last step, like a resumed run) into <sweep dir>/<arm>_seed<seed>."""
+
+    def run(cmd):
+        calls.append(cmd)
+        kv = dict(o.split("=", 1) for o in cmd if "=" in o and not o.startswith("-"))
+        steps, root = int(kv["train.steps"]), Path(kv["hydra.sweep.dir"])
+        assert kv["hydra.sweep.subdir"] == "${hydra.runtime.choices.loo_arm}_seed${seed}"
+        for name in kv["loo_arm"].split(","):
+            for seed in kv["seed"].split(","):
+                job = root / f"{name}_seed{seed}"
+                (job / ".hydra").mkdir(parents=True, exist_ok=True)
+                cfg = {"seed": int(seed), "train": {"steps": steps}, "logger": {"group": "scalerl_loo"},
+                       "scaling": {"fit": "sigmoid", "compute": "steps", "metric": "val/acc", "bootstrap": 50}}
+                (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+                (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
+                    [f"loo_arm={name}", f"seed={seed}", f"train.steps={steps}"]))
+                metrics = job / "metrics.jsonl"
+                done = [json.loads(x)["step"] for x in metrics.read_text().splitlines()] if metrics.exists() else []
+                rng = np.random.default_rng(hash((name, seed, steps)) % 2**32)
+                A, B, C = TRUE[name]
+                with metrics.open("a") as fh:
+                    for s in range(max(done, default=-2) + 2, steps + 1, 2):
+                        acc = float(sigmoid(s, A, B, C, 0.1) + rng.normal(0, 0.01)) if s else 0.1
+                        fh.write(json.dumps({"step": s, "val/acc": acc}) + "\n")
+        return 0
+
+    return run

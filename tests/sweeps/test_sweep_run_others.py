@@ -7,7 +7,7 @@ import yaml
 from rlx import report as R
 from rlx.runs import read_metrics
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
-from tests.sweeps.test_report import table_row
+from tests.report.test_report import table_row
 from tests.sweeps.test_sweep_configs import LOO_COMPONENT
 
 

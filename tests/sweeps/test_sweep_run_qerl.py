@@ -7,7 +7,7 @@ import pytest
 from rlx import report as R
 from rlx.runs import read_metrics
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
-from tests.sweeps.test_report import table_row
+from tests.report.test_report import table_row
 
 QERL_ARMS = ["base_none", "base_nf4", "base_mxfp4", "base_nvfp4", "lora_none", "lora_nf4", "lora_mxfp4",
              "lora_nvfp4", "lora_nvfp4_aqn"]

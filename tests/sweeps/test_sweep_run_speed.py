@@ -7,7 +7,7 @@ import numpy as np
 from rlx import report as R
 from rlx.runs import read_metrics
 from tests.sweeps.sweep_helpers import SMOKE, job_dirs, overrides, run_sweep, summary
-from tests.sweeps.test_report import table_row
+from tests.report.test_report import table_row
 
 
 def test_qerl_speed_runs_every_format_and_batch_and_reports_ratios(tmp_path):

@@ -1,4 +1,4 @@
-"""`python -m rlx.sweep NAME [overrides...]`: run one paper table's sweep, then its report.
+"""`python -m rlx.sweeps NAME [overrides...]`: run one paper table's sweep, then its report.
 
 A thin launcher over the one-command form
     python -m rlx.train -m --config-dir sweeps --config-name NAME [overrides...]
@@ -7,7 +7,7 @@ front (outputs/sweeps/NAME/<timestamp> under the current directory, unless the o
 hydra.sweep.dir) and runs `python -m rlx.report` on it at the end. `--list` prints the sweeps.
 
 `--predictive` runs the arms in rounds of growing train.steps (`--rounds`, `--first-steps`,
-`--growth`) and stops the arms their fits rule out (rlx/predictive.py, docs/predictive.md).
+`--growth`) and stops the arms their fits rule out (rlx.sweeps.rounds, docs/predictive.md).
 """
 
 from __future__ import annotations
@@ -15,35 +15,8 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-SWEEPS_DIR = Path(__file__).resolve().parents[1] / "sweeps"
-
-
-def available(sweeps_dir: Path = SWEEPS_DIR) -> dict[str, str]:
-    """{sweep name: the first line of its header comment}, for every sweeps/*.yaml."""
-    out = {}
-    for path in sorted(sweeps_dir.glob("*.yaml")):
-        first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
-        out[path.stem] = first
-    return out
-
-
-def train_command(name: str, overrides: list[str], sweeps_dir: Path = SWEEPS_DIR) -> list[str]:
-    """The `python -m rlx.train -m ...` argv that runs sweep `name` with extra overrides."""
-    return [sys.executable, "-m", "rlx.train", "-m", "--config-dir", str(sweeps_dir), "--config-name", name,
-            *overrides]
-
-
-def sweep_dir_of(name: str, overrides: list[str]) -> tuple[str, list[str]]:
-    """(the sweep directory, the overrides with hydra.sweep.dir set): the given one, else a new timestamp."""
-    for o in overrides:
-        key, sep, value = o.partition("=")
-        if sep and key.lstrip("+") == "hydra.sweep.dir":
-            return value, overrides
-    path = f"outputs/sweeps/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    return path, [*overrides, f"hydra.sweep.dir={path}"]
+from rlx.sweeps.spec import available, sweep_dir_of, train_command
 
 
 def _own_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
@@ -65,7 +38,7 @@ def _own_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlx.sweep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlx.sweeps", description=__doc__.splitlines()[0])
     parser.add_argument("name", nargs="?", help="a sweep: the stem of sweeps/<name>.yaml")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="Hydra overrides for every job")
     parser.add_argument("--list", action="store_true", help="list the sweeps and exit")
@@ -90,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.name not in sweeps:
         parser.error(f"unknown sweep {args.name!r}; choose one of {', '.join(sweeps)}")
     if args.predictive:
-        from rlx.predictive import Schedule, run_rounds
+        from rlx.sweeps.rounds import Schedule, run_rounds  # the fits' scipy and the driver: only when asked for
 
         try:
             rc, sweep_dir = run_rounds(args.name, list(args.overrides), Schedule(
@@ -108,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_report:
         print(f"[sweep] report: python -m rlx.report {sweep_dir}")
         return 0
-    from rlx.report import main as report_main
+    from rlx.report import main as report_main  # matplotlib and the layouts: only when a report is written
 
     return report_main([sweep_dir])
 
-
-if __name__ == "__main__":
-    sys.exit(main())

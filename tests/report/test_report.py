@@ -1,4 +1,4 @@
-"""rlx.report on hand-made sweep directories (known numbers) and the rlx.sweep launcher helpers."""
+"""rlx.report on hand-made sweep directories (known numbers)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from rlx import report as R
-from tests.sweeps.sweep_helpers import SWEEP_NAMES
 
 
 def make_job(root: Path, num: int, config: dict, overrides: list[str], summary: dict | None, rows: list[dict]) -> Path:
@@ -147,38 +146,3 @@ def test_cli_writes_report_md_and_rejects_a_directory_without_jobs(tmp_path, cap
     assert R.main([str(tmp_path), "--no-plots"]) == 0
     text = (tmp_path / "report.md").read_text()
     assert text in capsys.readouterr().out and "30.0 (n=1)" in text
-
-
-def test_sweep_launcher_finds_every_sweep_and_fixes_the_sweep_dir(capsys):
-    from rlx import sweep as S
-
-    assert sorted(S.available()) == SWEEP_NAMES
-    d, ov = S.sweep_dir_of("next_table", ["seed=0"])
-    assert d.startswith("outputs/sweeps/next_table/") and ov == ["seed=0", f"hydra.sweep.dir={d}"]
-    assert S.sweep_dir_of("x", ["hydra.sweep.dir=/tmp/s", "a=1"]) == ("/tmp/s", ["hydra.sweep.dir=/tmp/s", "a=1"])
-    cmd = S.train_command("qerl_table1", ["seed=0"])
-    assert cmd[1:] == ["-m", "rlx.train", "-m", "--config-dir", str(S.SWEEPS_DIR), "--config-name", "qerl_table1",
-                       "seed=0"]
-    assert S.main(["--list"]) == 0 and "scalerl_loo" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        S.main(["no_such_sweep"])
-
-
-def test_sweep_launcher_options_may_follow_the_overrides(monkeypatch, capsys):
-    # `python -m rlx.sweep NAME seed=1 --no-report` sent --no-report on to rlx.train, which refused it
-    import subprocess
-
-    from rlx import sweep as S
-
-    ran = []
-    monkeypatch.setattr(subprocess, "run", lambda cmd: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
-    assert S.main(["next_table", "seed=1", "--no-report", "hydra.sweep.dir=/tmp/s"]) == 0
-    assert ran[0][-2:] == ["seed=1", "hydra.sweep.dir=/tmp/s"] and "--no-report" not in ran[0]
-    assert "[sweep] report: python -m rlx.report /tmp/s" in capsys.readouterr().out
-    parser = S.argparse.ArgumentParser()  # options with values move with their values, in either spelling
-    parser.add_argument("name")
-    parser.add_argument("overrides", nargs=S.argparse.REMAINDER)
-    parser.add_argument("--rounds", type=int)
-    parser.add_argument("--no-report", action="store_true")
-    argv = ["x", "a=1", "--rounds", "3", "b=2", "--rounds=4", "--no-report"]
-    assert S._own_options_first(parser, argv) == ["--rounds", "3", "--rounds=4", "--no-report", "x", "a=1", "b=2"]

@@ -41,9 +41,9 @@ def without_new_sections(md: str) -> str:
 
 def test_every_sweep_file_has_a_golden_sweep():
     # the mini_* sweeps (calibrated testbeds) render through the layouts of their paper's golden sweep
-    # (rlx.report.build.LAYOUTS; tests/sweeps/test_report_papers.py); their numbers are in docs/results.md
+    # (rlx.report.build.LAYOUTS; tests/report/test_report_papers.py); their numbers are in docs/results.md
     # smollm2_wordproblems needs the smollm2 extra and about an hour; its tables are tested on hand-made jobs
-    # (tests/sweeps/test_report_analysis.py) and its numbers are in docs/models.md; so are smollm2_tune's
+    # (tests/report/test_report_analysis.py) and its numbers are in docs/models.md; so are smollm2_tune's
     # (an arm per setting, the same tables)
     assert SWEEPS == sorted(p.stem for p in (ROOT / "sweeps").glob("*.yaml")
                             if not p.stem.startswith(("mini_", "smollm2_")))

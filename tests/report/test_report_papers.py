@@ -5,7 +5,8 @@ from __future__ import annotations
 import yaml
 
 from rlx.report.build import LAYOUTS
-from rlx.report.sweeps import arm_axis, arm_settings, papers
+from rlx.report.sweeps import papers
+from rlx.sweeps.spec import arm_axis, arm_settings
 from tests.conftest import CONF
 
 

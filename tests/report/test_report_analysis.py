@@ -7,8 +7,8 @@ import pytest
 
 from rlx.report import build_report
 from rlx.report.qerl import noise_windows
-from tests.sweeps.test_report import finished, make_job, qerl_config, table_row
-from tests.sweeps.test_report_golden import DATA
+from tests.report.test_report import finished, make_job, qerl_config, table_row
+from tests.report.test_report_golden import DATA
 
 
 def test_noise_windows_are_the_steps_of_largest_aqn_noise_then_the_rest():
@@ -79,7 +79,7 @@ def test_the_analysis_tables_render_on_the_real_sweeps(name, title):
 
 
 def test_loo_report_labels_a_tie_and_an_undetermined_asymptote(tmp_path):
-    from tests.sweeps.test_report import sigmoid
+    from tests.report.test_report import sigmoid
 
     compute = np.arange(0, 41) * 1e9
     same = sigmoid(np.maximum(compute, 1.0), 0.6, 2.0, 8e9, 0.2) + np.random.default_rng(0).normal(0, 0.005, 41)

@@ -1,0 +1,16 @@
+"""rlx.sweeps.spec: the sweeps sweeps/ holds, the command that runs one and its sweep directory."""
+
+from __future__ import annotations
+
+from rlx.sweeps import spec as S
+from tests.sweeps.sweep_helpers import SWEEP_NAMES
+
+
+def test_every_sweep_is_found_and_the_sweep_dir_is_fixed():
+    assert sorted(S.available()) == SWEEP_NAMES
+    d, ov = S.sweep_dir_of("next_table", ["seed=0"])
+    assert d.startswith("outputs/sweeps/next_table/") and ov == ["seed=0", f"hydra.sweep.dir={d}"]
+    assert S.sweep_dir_of("x", ["hydra.sweep.dir=/tmp/s", "a=1"]) == ("/tmp/s", ["hydra.sweep.dir=/tmp/s", "a=1"])
+    cmd = S.train_command("qerl_table1", ["seed=0"])
+    assert cmd[1:] == ["-m", "rlx.train", "-m", "--config-dir", str(S.SWEEPS_DIR), "--config-name", "qerl_table1",
+                       "seed=0"]
