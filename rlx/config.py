@@ -209,6 +209,7 @@ class TrainerConfig:
     threads: int = -1  # torch intra-op threads: -1 = the free cores, re-measured each step; 0 = every core; N
     strategy: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)
     dist_timeout_s: float = 600.0  # under torchrun: a collective that waits longer ends the run
+    malloc_mmap_threshold_mb: float = 0.0  # CPU: blocks >= this many MiB get their own mapping, freed at once (lower peak RSS, more page faults; rlx.allocator); 0 = glibc's rule
 
 
 @dataclass

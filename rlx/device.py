@@ -55,6 +55,9 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> Trainer:
                          f"or N >= 1, got {cfg.threads}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    from rlx.allocator import set_mmap_threshold
+
+    set_mmap_threshold(float(cfg.get("malloc_mmap_threshold_mb", 0.0)))
     return Trainer(torch.device(dev), DTYPES[cfg.dtype], world_size)
 
 
