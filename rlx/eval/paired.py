@@ -1,0 +1,60 @@
+"""`python -m rlx.eval.paired BASE.jsonl RUN.jsonl [RUN.jsonl ...]`: a run's greedy accuracy against the
+base's on the same problems, from rlx-eval's completions.jsonl files.
+
+The interval is the paired one over problems: d_i = passed_run(i) - passed_base(i) in {-1, 0, 1}, and
+mean(d) +- 1.96 sd(d) / sqrt(n) (normal approximation; n = the eval set's problems). It answers "did
+this run beat the base on these problems", one run at a time; across seeds use rlx.report's interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def greedy_passed(path: Path) -> dict[tuple[str, int], bool]:
+    """(eval set, problem index) -> the greedy completion passed."""
+    out = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r["kind"] == "greedy":
+            out[(r["set"], int(r["index"]))] = bool(r["passed"])
+    if not out:
+        raise ValueError(f"{path}: no greedy completion (run rlx-eval, which writes them)")
+    return out
+
+
+def paired_gain(base: dict, run: dict) -> dict:
+    """Accuracies (%), the gain (points) with its paired 95% interval, problems gained / lost."""
+    if base.keys() != run.keys():
+        raise ValueError(f"the two files score different problems ({len(base)} vs {len(run)}, "
+                         f"{len(base.keys() ^ run.keys())} not in both): evaluate both on the same eval sets")
+    d = [int(run[k]) - int(base[k]) for k in sorted(base)]
+    n = len(d)
+    if n < 2:
+        raise ValueError("a paired interval needs at least 2 problems")
+    mean = sum(d) / n
+    half = 1.96 * math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+    return {"n": n, "base_acc": 100 * sum(base.values()) / n, "run_acc": 100 * sum(run.values()) / n,
+            "gain": 100 * mean, "low": 100 * (mean - half), "high": 100 * (mean + half),
+            "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m rlx.eval.paired", description=__doc__.split("\n\n")[0])
+    ap.add_argument("base", type=Path, help="the base model's completions.jsonl (rlx-eval without a run)")
+    ap.add_argument("runs", type=Path, nargs="+", help="each run's completions.jsonl (rlx-eval RUN)")
+    args = ap.parse_args(argv)
+    base = greedy_passed(args.base)
+    print("| run | problems | base acc (%) | run acc (%) | gain (points) [paired 95%] | gained / lost |")
+    print("|---|---|---|---|---|---|")
+    for path in args.runs:
+        g = paired_gain(base, greedy_passed(path))
+        print(f"| {path} | {g['n']} | {g['base_acc']:.1f} | {g['run_acc']:.1f} | {g['gain']:+.1f} "
+              f"[{g['low']:+.1f}, {g['high']:+.1f}] | {g['gained']} / {g['lost']} |")
+
+
+if __name__ == "__main__":
+    main()
