@@ -23,7 +23,7 @@ An engine that has `between_steps` set calls it before every decode step of a ge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -57,23 +57,53 @@ class SamplingParams:
                    tuple(int(t) for t in cfg.stop_token_ids))
 
 
+PAD_ID = "pad_id"  # a column padded with the tokenizer's pad id (concat's argument)
+
+
+def _col(layout: str, pad=0, fill: bool = False, **default):
+    """A RolloutBatch column: `layout` row ([N]), left / right ([N, P] / [N, T], padded on that side with
+    `pad`) or list; `fill`: an optional column some batches lack is filled with `pad` in concat (not
+    dropped). select / concat read this, so a new column needs no change there."""
+    return field(metadata={"layout": layout, "pad": pad, "fill": fill}, **(
+        {"default_factory": list} if default.get("default") == [] else default))
+
+
+def _stack(f, batches: list, width: dict, pad_id: int):
+    """One column of RolloutBatch.concat."""
+    layout, pad = f.metadata["layout"], f.metadata["pad"]
+    vals = [getattr(b, f.name) for b in batches]
+    if layout == "list":
+        return sum(vals, [])
+    if all(v is None for v in vals) or (any(v is None for v in vals) and not f.metadata["fill"]):
+        return None
+    ref = next(v for v in vals if v is not None)
+    if any(v is None for v in vals):  # filled: [N] or [N, T] of the pad value, the present ones' dtype
+        shape = lambda b: b.completion_ids.shape if layout == "right" else (len(b),)  # noqa: E731
+        vals = [v if v is not None else torch.full(shape(b), pad, dtype=ref.dtype) for v, b in zip(vals, batches)]
+    if layout == "row":
+        return torch.cat(vals)
+    value = pad_id if pad == PAD_ID else pad
+    side = (lambda n: (n, 0)) if layout == "left" else (lambda n: (0, n))
+    return torch.cat([torch.nn.functional.pad(v, side(width[layout] - v.shape[1]), value=value) for v in vals])
+
+
 @dataclass
 class RolloutBatch:
     """G completions for each of B prompts, flattened to N = B*G rows (prompt-major: row i is prompt i // G)."""
 
-    prompt_ids: torch.Tensor  # [N, P] left-padded prompt tokens
-    prompt_mask: torch.Tensor  # [N, P] 1 on real prompt tokens
-    completion_ids: torch.Tensor  # [N, T] right-padded completion tokens (eos included when emitted)
-    completion_mask: torch.Tensor  # [N, T] 1 on completion tokens up to and including eos
-    logprobs: torch.Tensor  # [N, T] log-probs of the sampled tokens under the sampling policy (0 on padding)
-    truncated: torch.Tensor  # [N] bool: hit max_new_tokens without eos
-    group: torch.Tensor  # [N] long: index of the prompt each row belongs to
-    texts: list[str] = field(default_factory=list)  # decoded completions (eos stripped)
-    entropy: torch.Tensor | None = None  # [N, T] token entropy of the sampling distribution (hf only)
-    version: torch.Tensor | None = None  # [N] long: policy version of the row's oldest token
-    token_version: torch.Tensor | None = None  # [N, T] long: policy version that sampled each token (-1 on padding)
-    forced: torch.Tensor | None = None  # [N, T] bool: tokens the engine inserted, not sampled (interruption phrase)
-    interrupted: torch.Tensor | None = None  # [N] bool: hit the thinking budget and was told to answer
+    prompt_ids: torch.Tensor = _col("left", PAD_ID)  # [N, P] left-padded prompt tokens
+    prompt_mask: torch.Tensor = _col("left", 0)  # [N, P] 1 on real prompt tokens
+    completion_ids: torch.Tensor = _col("right", PAD_ID)  # [N, T] right-padded completion tokens (eos included when emitted)
+    completion_mask: torch.Tensor = _col("right", 0)  # [N, T] 1 on completion tokens up to and including eos
+    logprobs: torch.Tensor = _col("right", 0.0)  # [N, T] log-probs of the sampled tokens under the sampling policy (0 on padding)
+    truncated: torch.Tensor = _col("row")  # [N] bool: hit max_new_tokens without eos
+    group: torch.Tensor = _col("row")  # [N] long: index of the prompt each row belongs to
+    texts: list[str] = _col("list", default=[])  # decoded completions (eos stripped)
+    entropy: torch.Tensor | None = _col("right", 0.0, default=None)  # [N, T] token entropy of the sampling distribution (hf only)
+    version: torch.Tensor | None = _col("row", default=None)  # [N] long: policy version of the row's oldest token
+    token_version: torch.Tensor | None = _col("right", -1, default=None)  # [N, T] long: policy version that sampled each token (-1 on padding)
+    forced: torch.Tensor | None = _col("right", False, default=None, fill=True)  # [N, T] bool: tokens the engine inserted, not sampled (interruption phrase)
+    interrupted: torch.Tensor | None = _col("row", False, default=None, fill=True)  # [N] bool: hit the thinking budget and was told to answer
 
     @property
     def input_ids(self) -> torch.Tensor:  # [N, P+T]
@@ -99,54 +129,25 @@ class RolloutBatch:
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
         """Keep the given rows (a bool mask or index tensor); `group` keeps its original prompt ids."""
         idx = rows.nonzero(as_tuple=True)[0] if rows.dtype == torch.bool else rows
-        pick = lambda t: None if t is None else t[idx]  # noqa: E731
-        return RolloutBatch(
-            prompt_ids=self.prompt_ids[idx],
-            prompt_mask=self.prompt_mask[idx],
-            completion_ids=self.completion_ids[idx],
-            completion_mask=self.completion_mask[idx],
-            logprobs=self.logprobs[idx],
-            truncated=self.truncated[idx],
-            group=self.group[idx],
-            texts=[self.texts[i] for i in idx.tolist()] if self.texts else [],
-            entropy=pick(self.entropy),
-            version=pick(self.version),
-            token_version=pick(self.token_version),
-            forced=pick(self.forced),
-            interrupted=pick(self.interrupted),
-        )
-
+        picked = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.metadata["layout"] == "list":
+                picked[f.name] = [v[i] for i in idx.tolist()] if v else []
+            else:
+                picked[f.name] = None if v is None else v[idx]
+        return RolloutBatch(**picked)
 
     @classmethod
     def concat(cls, batches: list["RolloutBatch"], pad_id: int = 0) -> "RolloutBatch":
         """Stack batches row-wise: prompts left-padded, completions right-padded to the longest
-        (padded positions are masked out; `pad_id` only fills the token tensors)."""
+        (padded positions are masked out; `pad_id` only fills the token tensors). An optional column
+        missing from some batches is dropped, or filled with its pad value where it says `fill`."""
         if len(batches) == 1:
             return batches[0]
-        T = max(b.completion_ids.shape[1] for b in batches)
-        P = max(b.prompt_ids.shape[1] for b in batches)
-        rpad = lambda t, v: torch.nn.functional.pad(t, (0, T - t.shape[1]), value=v)  # noqa: E731
-        lpad = lambda t, v: torch.nn.functional.pad(t, (P - t.shape[1], 0), value=v)  # noqa: E731
-        return cls(
-            prompt_ids=torch.cat([lpad(b.prompt_ids, pad_id) for b in batches]),
-            prompt_mask=torch.cat([lpad(b.prompt_mask, 0) for b in batches]),
-            completion_ids=torch.cat([rpad(b.completion_ids, pad_id) for b in batches]),
-            completion_mask=torch.cat([rpad(b.completion_mask, 0) for b in batches]),
-            logprobs=torch.cat([rpad(b.logprobs, 0.0) for b in batches]),
-            truncated=torch.cat([b.truncated for b in batches]),
-            group=torch.cat([b.group for b in batches]),
-            texts=sum((b.texts for b in batches), []),
-            entropy=None if any(b.entropy is None for b in batches) else torch.cat([rpad(b.entropy, 0.0) for b in batches]),
-            version=None if any(b.version is None for b in batches) else torch.cat([b.version for b in batches]),
-            token_version=None if any(b.token_version is None for b in batches)
-            else torch.cat([rpad(b.token_version, -1) for b in batches]),
-            forced=None if all(b.forced is None for b in batches)
-            else torch.cat([rpad(b.forced if b.forced is not None else torch.zeros_like(b.completion_ids, dtype=torch.bool),
-                                 False) for b in batches]),
-            interrupted=None if all(b.interrupted is None for b in batches)
-            else torch.cat([b.interrupted if b.interrupted is not None else torch.zeros(len(b), dtype=torch.bool)
-                            for b in batches]),
-        )
+        width = {"left": max(b.prompt_ids.shape[1] for b in batches),
+                 "right": max(b.completion_ids.shape[1] for b in batches)}
+        return cls(**{f.name: _stack(f, batches, width, pad_id) for f in fields(cls)})
 
 
 def draw_seeds(generator: torch.Generator, n: int) -> list[int]:
