@@ -160,16 +160,17 @@ def worker_rlx(spec: dict, work: Path) -> dict:
 
     cfg = compose_rlx(spec["overrides"] + spec["rlx_extra"])
     run_dir = work / "rlx_run"
-    # Process CPU time per step (`rl_step`, evaluation excluded) and per update (`algo.update`), in this
-    # process only; the wall times come from metrics.jsonl. rlx.train looks both up at call time.
+    # Process CPU time per step (`rl_step`, evaluation excluded) and per update (a call of the bound
+    # `algo.Update`), in this process only; the wall times come from metrics.jsonl. rlx.train looks
+    # `rl_step` up at call time, and the Update built in `build` calls its class's __call__.
     cpu_step: list[float] = []
     cpu_train: list[float] = []
     prompts: list[list[str]] = []
     rss = RssPhases()
     rlx.train.rl_step = _timed(rlx.train.rl_step, cpu_step, before=lambda: rss.mark("gen"),
                                after=lambda: rss.mark("other"))
-    rlx.algo.update = _timed(rlx.algo.update, cpu_train, before=lambda: rss.mark("update"),
-                             after=lambda: rss.mark("gen"))  # after the update: weight sync (-> gen, as TRL's)
+    rlx.algo.Update.__call__ = _timed(rlx.algo.Update.__call__, cpu_train, before=lambda: rss.mark("update"),
+                                      after=lambda: rss.mark("gen"))  # after the update: weight sync (-> gen, as TRL's)
     rlx.train.score = _timed(rlx.train.score, [], record=lambda args: prompts.append([e.prompt for e in args[1]]))
     rlx.train.run(cfg, run_dir)
     rows = [r for r in read_metrics(run_dir) if r.get("step", 0) >= 1 and "timing_s/step" in r]
