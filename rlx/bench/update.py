@@ -1,7 +1,7 @@
 """The update phase on a real model, lever by lever: `python -m rlx.bench.update [--model smollm2]`.
 
 One rollout batch of `task=wordproblems` chat prompts (4 prompts x 4 completions, up to 160 new
-tokens, sampled once by the hf engine from the model), then `rlx.algo.update` on that same batch
+tokens, sampled once by the hf engine from the model), then `rlx.algo.Update` on that same batch
 under each setting, alternating (plain, chunk, ..., plain, chunk, ...), with the parameters and a
 fresh AdamW restored before every call:
 
