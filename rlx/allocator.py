@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter numbers (malloc.h)
 MAX_MIB = 32  # glibc refuses thresholds above HEAP_MAX_SIZE / 2 = 32 MiB on 64-bit
 
 
+@functools.lru_cache(maxsize=1)
 def _libc():
+    """This process's C library, where it has glibc's mallopt (None elsewhere)."""
     name = ctypes.util.find_library("c")
     lib = ctypes.CDLL(name) if name else None
     return lib if lib is not None and hasattr(lib, "mallopt") else None

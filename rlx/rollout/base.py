@@ -60,12 +60,14 @@ class SamplingParams:
 PAD_ID = "pad_id"  # a column padded with the tokenizer's pad id (concat's argument)
 
 
-def _col(layout: str, pad=0, fill: bool = False, **default):
+def _col(layout: str, pad=0, optional: bool = False, fill: bool = False):
     """A RolloutBatch column: `layout` row ([N]), left / right ([N, P] / [N, T], padded on that side with
-    `pad`) or list; `fill`: an optional column some batches lack is filled with `pad` in concat (not
-    dropped). select / concat read this, so a new column needs no change there."""
-    return field(metadata={"layout": layout, "pad": pad, "fill": fill}, **(
-        {"default_factory": list} if default.get("default") == [] else default))
+    `pad`) or list; `optional` columns default to None, and where some batches lack one, concat drops
+    it, or fills it with `pad` when `fill`. select / concat read this, so a new column needs no change there."""
+    meta = {"layout": layout, "pad": pad, "fill": fill}
+    if layout == "list":
+        return field(default_factory=list, metadata=meta)
+    return field(default=None, metadata=meta) if optional else field(metadata=meta)
 
 
 def _stack(f, batches: list, width: dict, pad_id: int):
@@ -98,12 +100,12 @@ class RolloutBatch:
     logprobs: torch.Tensor = _col("right", 0.0)  # [N, T] log-probs of the sampled tokens under the sampling policy (0 on padding)
     truncated: torch.Tensor = _col("row")  # [N] bool: hit max_new_tokens without eos
     group: torch.Tensor = _col("row")  # [N] long: index of the prompt each row belongs to
-    texts: list[str] = _col("list", default=[])  # decoded completions (eos stripped)
-    entropy: torch.Tensor | None = _col("right", 0.0, default=None)  # [N, T] token entropy of the sampling distribution (hf only)
-    version: torch.Tensor | None = _col("row", default=None)  # [N] long: policy version of the row's oldest token
-    token_version: torch.Tensor | None = _col("right", -1, default=None)  # [N, T] long: policy version that sampled each token (-1 on padding)
-    forced: torch.Tensor | None = _col("right", False, default=None, fill=True)  # [N, T] bool: tokens the engine inserted, not sampled (interruption phrase)
-    interrupted: torch.Tensor | None = _col("row", False, default=None, fill=True)  # [N] bool: hit the thinking budget and was told to answer
+    texts: list[str] = _col("list")  # decoded completions (eos stripped)
+    entropy: torch.Tensor | None = _col("right", 0.0, optional=True)  # [N, T] token entropy of the sampling distribution (hf only)
+    version: torch.Tensor | None = _col("row", optional=True)  # [N] long: policy version of the row's oldest token
+    token_version: torch.Tensor | None = _col("right", -1, optional=True)  # [N, T] long: policy version that sampled each token (-1 on padding)
+    forced: torch.Tensor | None = _col("right", False, optional=True, fill=True)  # [N, T] bool: tokens the engine inserted, not sampled (interruption phrase)
+    interrupted: torch.Tensor | None = _col("row", False, optional=True, fill=True)  # [N] bool: hit the thinking budget and was told to answer
 
     @property
     def input_ids(self) -> torch.Tensor:  # [N, P+T]
