@@ -37,10 +37,11 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def lm_logits(lm, hidden: torch.Tensor, fp32_head: bool) -> torch.Tensor:
     """Logits from final hidden states; `fp32_head` computes the head in float32 (ScaleRL)."""
-    if fp32_head:
+    if fp32_head:  # in fp32 under autocast too, which would otherwise run this F.linear in its own dtype
         w = lm.lm_head.weight.float()
         b = lm.lm_head.bias.float() if getattr(lm.lm_head, "bias", None) is not None else None
-        return F.linear(hidden.float(), w, b)
+        with torch.autocast(hidden.device.type, enabled=False):
+            return F.linear(hidden.float(), w, b)
     return lm.lm_head(hidden).float()
 
 

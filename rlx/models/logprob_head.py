@@ -118,9 +118,10 @@ def _module_chunk(head, h, target, inv_temp, fp32_head, want_entropy):
 
 
 def _module_logits(head, h, fp32_head):
-    if fp32_head and hasattr(head, "weight"):
+    if fp32_head and hasattr(head, "weight"):  # fp32 under autocast too
         b = getattr(head, "bias", None)
-        return F.linear(h.float(), head.weight.float(), None if b is None else b.float())
+        with torch.autocast(h.device.type, enabled=False):
+            return F.linear(h.float(), head.weight.float(), None if b is None else b.float())
     return head(h).float()
 
 

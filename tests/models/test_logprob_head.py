@@ -82,6 +82,35 @@ def test_bf16_autocast_is_close_to_full():
     torch.testing.assert_close(got["h"], ref["h"], rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("path", ["sampler", "full", "chunked_linear", "chunked_module"])
+def test_fp32_head_stays_fp32_under_bf16_autocast(path):
+    """ScaleRL's FP32 head: under bf16 autocast the head still runs in fp32, in the sampler's logits
+    (rlx.models.forward.lm_logits) as in every training path, so sampler and trainer agree."""
+    from types import SimpleNamespace
+
+    from rlx.models.forward import lm_logits
+
+    head, hidden, target, _ = _case(True, False)
+    hidden = hidden.detach()
+    other = type("LoraLikeHead", (nn.Linear,), {})(16, 97)  # not type nn.Linear: the checkpointed-chunk path
+    other.load_state_dict(head.state_dict())
+
+    def run():
+        if path == "sampler":
+            logits = lm_logits(SimpleNamespace(lm_head=head), hidden, True)
+            return torch.log_softmax(logits, -1).gather(-1, target[:, None]).squeeze(-1)
+        if path == "full":
+            return full_head(head, hidden, target, 1.0, True, False)[0]
+        return chunked_head(head if path == "chunked_linear" else other, hidden, target, 1.0, True, 5, False)[0]
+
+    want = run()  # no autocast: fp32 throughout
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = run()
+        bf16 = torch.log_softmax(head(hidden).float(), -1).gather(-1, target[:, None]).squeeze(-1)
+    torch.testing.assert_close(got, want.detach(), rtol=1e-6, atol=1e-6)
+    assert (bf16 - want.detach()).abs().max() > 1e-3  # what the head gives in bf16: far from fp32
+
+
 def _largest_saved(fn) -> int:
     """numel of the largest tensor autograd keeps for the backward while `fn` runs."""
     sizes = []
