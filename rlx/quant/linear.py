@@ -47,7 +47,7 @@ class QuantLinear(nn.Module):
                 self._float_dtypes[name] = tensor.dtype
                 tensor = tensor.view(_INT_VIEW[tensor.element_size()])
             self.register_buffer(name, tensor)
-        self._held: dict[torch.dtype, Tensor] | None = None  # set by held_dequantized()
+        self._held: dict[tuple, Tensor] | None = None  # set by held_dequantized(): (input, autocast dtype) -> W
         if bias is None:
             self.bias = None
         else:
@@ -104,9 +104,11 @@ class QuantLinear(nn.Module):
         bias = None if self.bias is None else self.bias.to(x.dtype)
         held = getattr(self, "_held", None)  # a module unpickled from before the attribute existed has none
         if held is not None:  # inside held_dequantized(): one dequantization per dtype, reused
-            w = held.get(x.dtype)
-            if w is None:
-                w = held[x.dtype] = self.dequantize(x.dtype)
+            cast = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else None
+            w = held.get((x.dtype, cast))
+            if w is None:  # under autocast, held as autocast would cast it at every call: the same values
+                w = self.dequantize(x.dtype)
+                w = held[(x.dtype, cast)] = w if cast is None else w.to(cast)
             return F.linear(x, w, bias)
         return F.linear(x, self.dequantize(x.dtype), bias)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from rlx.device import Trainer, autocast
-from rlx.models.forward import causal_lm, decoder_forward, lm_logits, position_ids
+from rlx.models.forward import causal_lm, decoder_forward, position_ids
+from rlx.models.held import held_autocast_weights, held_lm_logits
 from rlx.quant.linear import held_dequantized
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 
@@ -120,10 +121,12 @@ class HFEngine(RolloutEngine):
         mask = mask.repeat_interleave(n, 0)
         group = torch.arange(len(prompts)).repeat_interleave(n)
         seeds = draw_seeds(generator, ids.shape[0]) if seeds is None else list(seeds)
-        # bf16 trainers sample in bf16 too (the head stays fp32 if asked); a packed base is dequantized
-        # once for the whole call, not at every decode step
-        with autocast(self.trainer), held_dequantized(self.policy):
-            chunks = [self._generate_chunk(ids[sl], mask[sl], group[sl], sampling, seeds[sl])
+        # bf16 trainers sample in bf16 too (the head stays fp32 if asked); a frozen base is cast (a packed one
+        # dequantized) once for the whole call, not at every decode step; what a sync rewrites is left alone
+        synced = {n for n, q in self.trainer_policy.named_parameters() if q.requires_grad}
+        with autocast(self.trainer), held_dequantized(self.policy), \
+                held_autocast_weights(self.policy, self.trainer.device.type, skip=synced):
+            chunks = [self._generate_chunk(ids[sl], mask[sl], group[sl], sampling, seeds[sl], synced)
                       for sl in (slice(s, s + self.batch_size) for s in range(0, ids.shape[0], self.batch_size))]
         batch = RolloutBatch.concat(chunks, self.tok.pad_token_id)
         batch.version = batch.token_version[:, 0].clone()  # versions only grow along a row: the first is the oldest
@@ -136,9 +139,12 @@ class HFEngine(RolloutEngine):
                          for s in seeds])
         return u.to(self.trainer.device)
 
-    def _generate_chunk(self, ids, mask, group, sp: SamplingParams, seeds) -> RolloutBatch:
+    def _generate_chunk(self, ids, mask, group, sp: SamplingParams, seeds, synced: set[str]) -> RolloutBatch:
         lm = causal_lm(self.policy)
         dev = self.trainer.device
+        head_name = next((n for n, q in self.policy.named_parameters() if q is lm.lm_head.weight), None)
+        logits_of = held_lm_logits(lm, self.fp32_head, dev.type,
+                                   frozen=not lm.lm_head.weight.requires_grad and head_name not in synced)
         stop = torch.tensor([self.tok.eos_token_id, *sp.stop_token_ids], device=dev)
         prompt_ids, prompt_mask = ids, mask
         ids, mask = ids.to(dev), mask.to(dev)
@@ -154,7 +160,7 @@ class HFEngine(RolloutEngine):
         toks, logps, ents, alive, versions = [], [], [], [], []
         for t in range(sp.max_tokens):
             versions.append(fwd_version)
-            logits = lm_logits(lm, hidden, self.fp32_head)  # [N, V] float32
+            logits = logits_of(hidden)  # [N, V] float32
             if sp.temperature <= 0:
                 logp_all = torch.log_softmax(logits, -1)
                 nxt = logits.argmax(-1)
