@@ -17,6 +17,13 @@ from rlx.report.tables import completions_section, predictive_section, runs_tabl
 from rlx.runs import Run, read_sweep
 from rlx.sweeps.points import scaling_config
 
+def smollm2_qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
+    """QeRL's Table 1, entropy and pairs on SmolLM2, then each arm's held-out accuracy seed by seed."""
+    return qerl_tables(arms, jobs, sweep="smollm2_qerl", row="rlx SmolLM2-135M (this sweep)",
+                       sixteen_bit="the unquantized base (fp32 weights, bf16 autocast)") + [""] + pretrained_tables(
+        arms, jobs, heading="arm: ")
+
+
 LAYOUTS: dict[str, Layout] = {
     "qerl_table1": Layout("qerl_table1", "QeRL Table 1 (tiny scale)", infer_qerl, qerl_tables, papers()["qerl"]["labels"]),
     "qerl_speed": Layout("qerl_speed", "QeRL speed (tiny scale)", infer_speed, speed_tables),
@@ -34,6 +41,9 @@ LAYOUTS: dict[str, Layout] = {
     # its tuning sweep: the same tables, an arm per setting (lr, temperature, shape, rank, steps)
     "smollm2_tune": Layout("smollm2_tune", "Tuning SmolLM2-135M GRPO on word problems", infer_setting,
                            functools.partial(pretrained_tables, heading="")),
+    # QeRL's comparison on that real model (16-bit / NVFP4 / NVFP4 + AQN LoRA), with each arm's per-seed curve
+    "smollm2_qerl": Layout("smollm2_qerl", "QeRL on SmolLM2-135M (word problems, hf engine)", infer_qerl,
+                           smollm2_qerl_tables, papers()["qerl"]["labels"]),
     "scalerl_loo": Layout("scalerl_loo", "ScaleRL leave-one-out (tiny scale)", infer_loo, loo_tables,
                           papers()["scalerl"]["loo_labels"], scaling=True),
     "scalerl_offpolicy": Layout("scalerl_offpolicy", "ScaleRL off-policy families (tiny scale)", infer_offpolicy,

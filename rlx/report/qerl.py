@@ -31,7 +31,11 @@ def infer_qerl(j: Run) -> str:
     return f"{kind}_{j.get('quant.format', 'none')}" + (f"_{noise}" if noise != "none" else "")
 
 
-def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
+def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], sweep: str = "qerl_table1",
+                row: str = "rlx tiny (this sweep)", sixteen_bit: str = "the unquantized base (fp32 for the tiny model)"
+                ) -> list[str]:
+    """Table 1 over the arms of sweeps/<sweep>.yaml (and the base columns of their formats), the paper's rows
+    beside ours; then the entropy table and AQN's per-seed windows."""
     paper = papers()["qerl"]
     labels = paper["labels"]
     # a "no RL" row is the step-0 evaluation (identical to val/acc when train.steps=0); when the sweep
@@ -40,8 +44,10 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     for fmt in FORMATS:
         src = arms.get(f"base_{fmt}") or arms.get(f"lora_{fmt}") or arms.get(f"lora_{fmt}_aqn") or []
         base_of[fmt] = (src, f"base_{fmt}" in arms)
-    order = arm_axis("qerl_table1")[1]
-    cols = [a for a in order if a.startswith("base_")] + ["full_ft"] + [a for a in order if not a.startswith("base_")]
+    order = arm_axis(sweep)[1]
+    lora = [a for a in order if not a.startswith("base_")]
+    bases = [a for a in order if a.startswith("base_")] or list(dict.fromkeys(f"base_{base_format(a)}" for a in lora))
+    cols = bases + (["full_ft"] if sweep == "qerl_table1" else []) + lora
     header = ["model"] + [labels.get(c, c) for c in cols]
     ours = []
     for c in cols:
@@ -52,19 +58,19 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
             ours.append(base_cell(src, summary_value("val/acc_base"), 100) + ("" if direct or not src else " †"))
         else:
             ours.append(stat(arms.get(c, []), _acc).cell(100))
-    rows = [["rlx tiny (this sweep)"] + ours]
+    rows = [[row] + ours]
     for model, nums in paper["table1"].items():
         rows.append([model] + [pct(nums.get(c)) for c in cols])
     out = ["## QeRL Table 1: held-out accuracy (%)", "",
            "Greedy accuracy on the held-out split after RL (LoRA columns) and before any RL (base columns: "
            "the step-0 evaluation). Mean ± std over seeds (n finished seeds; failed jobs counted apart). "
-           "rlx's 16-bit columns are the unquantized base (fp32 for the tiny model). "
+           f"rlx's 16-bit columns are {sixteen_bit}. "
            "Paper rows: GSM8K, QeRL Table 1.", ""]
     out += md_table(header, rows)
     if any(not direct and src for src, direct in base_of.values()):
         out += ["", "† no base arm in this sweep: the step-0 evaluation of that format's LoRA runs (the same model, "
                 "LoRA B = 0)."]
-    return out + exploration_table(arms, labels) + aqn_windows_table(arms)
+    return out + exploration_table(arms, labels) + paired_arms_table(arms, labels) + aqn_windows_table(arms)
 
 
 def exploration_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
@@ -123,6 +129,44 @@ def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
             f"final val/acc (%). Last row: the paired difference, mean [95% t-interval] over seeds.",
             ""] + md_table(["seed"] + [name + " (none / aqn)" for name, _, _ in windows]
                            + ["val/acc % (none / aqn)"], rows)
+
+
+PAIRS = (("lora_nvfp4", "lora_none"), ("lora_nvfp4_aqn", "lora_nvfp4"), ("lora_nvfp4_aqn", "lora_none"))
+
+
+def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
+    """Arm against arm at the same seed (same problems, same sampling seeds): the differences in final val/acc,
+    in the gain over each arm's own base, and in mean rollout entropy, with their 95% t-interval over seeds."""
+    rows = []
+    for a, b in PAIRS:
+        left = {j.seed: j for j in arms.get(a, []) if j.ok}
+        right = {j.seed: j for j in arms.get(b, []) if j.ok}
+        seeds = sorted(set(left) & set(right), key=str)
+        if not seeds:
+            continue
+        diffs: dict[str, list[float]] = {"acc": [], "gain": [], "entropy": [], "reward": []}
+        for seed in seeds:
+            x, y = left[seed], right[seed]
+            if _acc(x) is not None and _acc(y) is not None:
+                diffs["acc"].append(100 * (_acc(x) - _acc(y)))
+                bx, by = x.summary.get("val/acc_base"), y.summary.get("val/acc_base")
+                if bx is not None and by is not None:
+                    diffs["gain"].append(100 * ((_acc(x) - bx) - (_acc(y) - by)))
+            for key, metric in (("entropy", "actor/entropy"), ("reward", "train/reward/mean")):
+                ex, ey = mean_metric(metric)(x), mean_metric(metric)(y)
+                if ex is not None and ey is not None:
+                    diffs[key].append(ex - ey)
+        rows.append([f"{labels.get(a, a)} - {labels.get(b, b)}", ", ".join(map(str, seeds)),
+                     paired_cell(diffs["acc"], "{:+.1f}"), paired_cell(diffs["gain"], "{:+.1f}"),
+                     paired_cell(diffs["reward"], "{:+.3f}"), paired_cell(diffs["entropy"], "{:+.4f}")])
+    if not rows:
+        return []
+    return ["", "### Arm against arm, seed by seed", "",
+            "Paired over the seeds both arms finished: mean difference [95% t-interval] (n seeds). Gain: final "
+            "val/acc minus the arm's own step-0 val/acc (the quantized base starts lower). Reward and entropy: "
+            "means over RL steps.", ""] + md_table(
+        ["pair", "seeds", "final val/acc (points)", "gain over own base (points)", "train reward", "policy entropy"],
+        rows)
 
 
 # ---- speed ----------------------------------------------------------------------------------

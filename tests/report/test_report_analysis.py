@@ -145,3 +145,44 @@ def test_tuning_sweep_reports_one_arm_per_setting(tmp_path):
     assert "### grpo, lr 0.0003, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md
     assert "### cispo, lr 0.0003, temperature 0.7, 4 prompts x 4, LoRA r 16, 4 steps" in md  # its own arm
     assert table_row(md, "2 runs")[-1] == "+20.0 [+20.0, +20.0] (n=2)"  # both seeds gain 30 - 10 points
+
+
+def test_smollm2_qerl_sweep_reports_table1_pairs_and_each_arms_seeds(tmp_path):
+    # 2 seeds x 3 arms (sweeps/smollm2_qerl.yaml), 4 RL steps on 10 held-out problems, evaluations at 0 and 4
+    arms = {"lora_none": ("none", "none"), "lora_nvfp4": ("nvfp4", "none"), "lora_nvfp4_aqn": ("nvfp4", "aqn")}
+    base = {"none": 0.2, "nvfp4": 0.1}  # the step-0 evaluation of each base format
+    final = {("lora_none", 0): 0.5, ("lora_nvfp4", 0): 0.4, ("lora_nvfp4_aqn", 0): 0.6,
+             ("lora_none", 1): 0.7, ("lora_nvfp4", 1): 0.3, ("lora_nvfp4_aqn", 1): 0.3}
+    entropy = {"lora_none": 1.0, "lora_nvfp4": 1.5, "lora_nvfp4_aqn": 2.0}
+    num = 0
+    for seed in (0, 1):
+        for arm, (fmt, noise) in arms.items():
+            cfg = {**qerl_config(fmt, noise, 4, seed), "logger": {"group": "smollm2_qerl"}, "task": {"n_eval": 10}}
+            rows = [{"step": 0, "val/acc": base[fmt]}] + [
+                {"step": s, "train/reward/mean": 0.1 * s, "actor/entropy": entropy[arm] + 0.1 * seed} for s in (1, 2, 3)]
+            rows.append({"step": 4, "train/reward/mean": 0.4, "actor/entropy": entropy[arm] + 0.1 * seed,
+                         "val/acc": final[arm, seed]})
+            make_job(tmp_path, num, cfg, [f"qerl_arm={arm}", f"seed={seed}"], finished(final[arm, seed], base[fmt]),
+                     rows)
+            num += 1
+    md, _ = build_report(tmp_path, plots=False)
+    assert md.startswith("# QeRL on SmolLM2-135M (word problems, hf engine)")
+    # Table 1: the sweep's arms and their bases only (no NF4 / MXFP4 / full-FT columns), the paper's rows beside
+    assert table_row(md, "model") == ["model", "16-bit base", "NVFP4 base", "16-bit LoRA", "NVFP4 LoRA",
+                                      "NVFP4 LoRA + AQN"]
+    ours = table_row(md, "rlx SmolLM2-135M (this sweep)")
+    assert ours[1].startswith("20.0 (one deterministic") and ours[2].endswith("†")
+    assert ours[3] == "60.0 ± 14.1 (n=2)"  # (50 + 70) / 2; sd of 50, 70 = 14.14
+    assert table_row(md, "Qwen2.5-7B (paper)")[1:] == ["76.3", "73.4", "88.1", "88.5", "90.8"]
+    # NVFP4 - 16-bit, seed by seed: final 40-50 = -10, 30-70 = -40 -> mean -25, sd 21.21, t(.975, 1) 12.706
+    # -> half-width 12.706 * 21.21 / sqrt 2 = 190.6; gains (40-10)-(50-20) = 0 and (30-10)-(70-20) = -30;
+    # entropy 1.5 - 1.0 at both seeds = +0.5 exactly
+    pair = table_row(md, "NVFP4 LoRA - 16-bit LoRA")
+    assert pair[1:] == ["0, 1", "-25.0 [-215.6, +165.6] (n=2)", "-15.0 [-205.6, +175.6] (n=2)",
+                        "+0.000 [+0.000, +0.000] (n=2)", "+0.5000 [+0.5000, +0.5000] (n=2)"]
+    # AQN - NVFP4: +20 and 0 points (the same NVFP4 base, so the gain differences equal them)
+    assert table_row(md, "NVFP4 LoRA + AQN - NVFP4 LoRA")[2:4] == ["+10.0 [-117.1, +137.1] (n=2)"] * 2
+    # each arm's seeds, base and final, as the pretrained layout renders them
+    assert "### arm: lora_nvfp4_aqn" in md
+    assert table_row(md, "2 runs") == ["2 runs", "20.0 (one deterministic evaluation, the same in all 2 runs)",
+                                       "60.0 ± 14.1 (n=2)", "+40.0 [-87.1, +167.1] (n=2)"]

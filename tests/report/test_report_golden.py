@@ -14,7 +14,7 @@ SWEEPS = sorted(p.name for p in DATA.iterdir() if p.is_dir())
 SCALING_SWEEPS = [s for s in SWEEPS if (DATA / s / "compare.md").is_file()]
 GOLDEN = ("report.md", "compare.md", "fit.txt")
 # tables added after 9f0f992 (the analysis-only numbers of rlx/bench/aqn_entropy.py and next_steps.py)
-NEW_SECTIONS = ("### AQN's effect per seed", "### Steps to reach, per seed")
+NEW_SECTIONS = ("### AQN's effect per seed", "### Steps to reach, per seed", "### Arm against arm, seed by seed")
 
 
 def _copy(name: str, tmp_path: Path) -> Path:
