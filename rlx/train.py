@@ -257,46 +257,18 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, 
     summary: dict = {"status": "running", "git_sha": logger.sha, "wandb_run_id": logger.run_id}
     progress, exit_code = None, 1
     try:
-        if p.start_step == 0:
-            t0 = time.time()
-            ev = evaluate(p, 0)
-            logger.log({**ev, **p.compute_now(), "timing_s/eval": time.time() - t0}, step=0)
-            _log(f"[eval] step 0 (SFT base): val/acc {ev['val/acc']:.3f}")
-            if p.extrap is not None:
-                p.extrap.observe(p.policy, 0, p.opt)
-        summary["val/acc_base"] = world.broadcast(
-            next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan")) if world.is_main else None)
-        last_acc = summary["val/acc_base"]
+        summary["val/acc_base"] = last_acc = _base_accuracy(p, logger, run_dir, world)
         if cfg.train.progress and world.is_main:
             from tqdm import tqdm
-
             progress = tqdm(total=cfg.train.steps, initial=p.start_step, desc="rl", dynamic_ncols=True)
         for step in range(p.start_step + 1, cfg.train.steps + 1):
             if step == cfg.train.fail_at_step and cfg.train.fail_rank in (-1, world.rank):
                 raise RuntimeError(f"train.fail_at_step={step}: forced failure on rank {world.rank} (testing aid)")
-            t_step = time.time()
-            n_threads = threads.tick() if threads is not None else None  # other jobs may have started or ended
-            m = rl_step(p, step)
-            if n_threads is not None:
-                m["perf/threads"] = n_threads
-            if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
-                t0 = time.time()
-                m.update(evaluate(p, step))
-                m["timing_s/eval"] = time.time() - t0
-                m.update(p.compute_now())
-                _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}"
-                     + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
-                     + f" ({m['timing_s/eval']:.1f}s)")
-            m["timing_s/step"] = time.time() - t_step
+            m = _step(p, step, threads)
             logger.log(m, step=step)
             logger.log_completions(p.completions, step)
             last_acc = m.get("val/acc", last_acc)
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}", acc=f"{last_acc:.3f}")
-            elif step % cfg.train.log_every == 0:  # no bar (sweeps, logs): a line every log_every steps
-                _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f} "
-                     f"({m['timing_s/step']:.2f}s/step)")
+            _show(cfg, step, m, last_acc, progress)
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 save(p, step, logger.run_id)
         summary.update(finish_summary(p, run_dir) if world.is_main else {"status": "finished", "val/acc": last_acc})
@@ -310,18 +282,64 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, 
     finally:
         if progress is not None:
             progress.close()
-        p.schedule.close()
-        p.engine.close()
-        summary["wall_s"] = time.time() - t_start
-        if world.distributed:
-            summary["world_size"] = world.size
-        if world.is_main:
-            write_summary(run_dir, summary, failing=exit_code != 0)
-        logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
-        logger.finish(exit_code)
+        _close(p, world, run_dir, logger, summary, t_start, exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
          f"({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {run_dir}")
     return summary
+
+
+def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
+    """The step-0 evaluation (run now on a fresh run, read back from metrics.jsonl on a resumed one)."""
+    if p.start_step == 0:
+        t0 = time.time()
+        ev = evaluate(p, 0)
+        logger.log({**ev, **p.compute_now(), "timing_s/eval": time.time() - t0}, step=0)
+        _log(f"[eval] step 0 (SFT base): val/acc {ev['val/acc']:.3f}")
+        if p.extrap is not None:
+            p.extrap.observe(p.policy, 0, p.opt)
+    return world.broadcast(
+        next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan")) if world.is_main else None)
+
+
+def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> dict:
+    """One RL step and, when due, an evaluation: the step's metrics with their timings."""
+    cfg = p.cfg
+    t_step = time.time()
+    n_threads = threads.tick() if threads is not None else None  # other jobs may have started or ended
+    m = rl_step(p, step)
+    if n_threads is not None:
+        m["perf/threads"] = n_threads
+    if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
+        t0 = time.time()
+        m.update(evaluate(p, step))
+        m["timing_s/eval"] = time.time() - t0
+        m.update(p.compute_now())
+        _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}"
+             + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
+             + f" ({m['timing_s/eval']:.1f}s)")
+    m["timing_s/step"] = time.time() - t_step
+    return m
+
+
+def _show(cfg: DictConfig, step: int, m: dict, last_acc: float, progress) -> None:  # the bar, or a line
+    if progress is not None:
+        progress.update(1)
+        progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}", acc=f"{last_acc:.3f}")
+    elif step % cfg.train.log_every == 0:  # no bar (sweeps, logs): a line every log_every steps
+        _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f} ({m['timing_s/step']:.2f}s/step)")
+
+
+def _close(p: Parts, world: dist.World, run_dir: Path, logger, summary: dict, t_start: float, exit_code: int) -> None:
+    """Stop the engines, then write the summary (rank 0) and close the logger, whether the run ended or failed."""
+    p.schedule.close()
+    p.engine.close()
+    summary["wall_s"] = time.time() - t_start
+    if world.distributed:
+        summary["world_size"] = world.size
+    if world.is_main:
+        write_summary(run_dir, summary, failing=exit_code != 0)
+    logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
+    logger.finish(exit_code)
 
 
 def write_summary(run_dir: Path, summary: dict, failing: bool) -> None:

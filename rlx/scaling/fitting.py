@@ -99,31 +99,11 @@ def fit_sigmoid(
     o = FitOptions(**options)
     c_all, y_all = as_points(compute, reward)
     R0 = initial_reward(c_all, y_all) if r0 is None else float(r0)
-    if not np.isfinite(R0):
-        raise ValueError(f"r0 must be finite, got {r0}")
-    if o.a_step <= 0 or o.a_range[0] > o.a_range[1]:
-        raise ValueError(f"bad A grid: step {o.a_step}, range {o.a_range}")
-    if A is not None and not np.isfinite(A):
-        raise ValueError(f"fixed A must be finite, got {A}")
-    if n_cmid < 2 or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
-        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={o.n_b}, b_range={b_range}")
+    _check_grid_inputs(R0, r0, A, o, n_cmid, b_range)
     n_params = 2 if A is not None else 3
     c, y, _ = fit_window(c_all, y_all, o.exclude_before, o.exclude_fraction, o.min_points, n_params)
     check_not_flat(y, R0)
-
-    lo, hi = cmid_range if cmid_range is not None else (c.min() / 10.0, c.max() * 100.0)
-    if not 0 < lo < hi:
-        raise ValueError(f"bad C_mid range ({lo}, {hi})")
-    a_top = o.a_range[0] + np.floor((o.a_range[1] - o.a_range[0]) / o.a_step + 1e-9) * o.a_step  # last grid value
-    a_lo, a_hi = (A, A) if A is not None else (o.a_range[0], a_top)
-    grid = _Grid(
-        log_cmid=np.linspace(np.log(lo), np.log(hi), n_cmid),
-        b=np.geomspace(b_range[0], b_range[1], o.n_b),
-        a_lo=float(a_lo),
-        a_hi=float(a_hi),
-        a_step=o.a_step,
-        a_fixed=A,
-    )
+    grid, a_top = _make_grid(c, A, o, n_cmid, cmid_range, b_range)
     logc, d = np.log(c), y - R0
 
     bounds = ([grid.a_lo, b_range[0] / 10.0, grid.log_cmid[0]], [grid.a_hi, b_range[1] * 10.0, grid.log_cmid[-1]])
@@ -154,6 +134,29 @@ def fit_sigmoid(
         fit.samples = np.column_stack([thetas[:, 0], thetas[:, 1], np.exp(thetas[:, 2])])  # [n_boot, 3]
         fit.intervals = percentile_intervals(fit.samples, SigmoidFit.param_names, o.confidence)
     return fit
+
+
+def _check_grid_inputs(R0: float, r0, A, o: FitOptions, n_cmid: int, b_range: tuple[float, float]) -> None:
+    if not np.isfinite(R0):
+        raise ValueError(f"r0 must be finite, got {r0}")
+    if o.a_step <= 0 or o.a_range[0] > o.a_range[1]:
+        raise ValueError(f"bad A grid: step {o.a_step}, range {o.a_range}")
+    if A is not None and not np.isfinite(A):
+        raise ValueError(f"fixed A must be finite, got {A}")
+    if n_cmid < 2 or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
+        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={o.n_b}, b_range={b_range}")
+
+
+def _make_grid(c: np.ndarray, A, o: FitOptions, n_cmid: int, cmid_range, b_range) -> tuple[_Grid, float]:
+    """The search grid over (A, B, log C_mid) for the fitted compute `c` [N], and A's last grid value."""
+    lo, hi = cmid_range if cmid_range is not None else (c.min() / 10.0, c.max() * 100.0)
+    if not 0 < lo < hi:
+        raise ValueError(f"bad C_mid range ({lo}, {hi})")
+    a_top = o.a_range[0] + np.floor((o.a_range[1] - o.a_range[0]) / o.a_step + 1e-9) * o.a_step  # last grid value
+    a_lo, a_hi = (A, A) if A is not None else (o.a_range[0], a_top)
+    grid = _Grid(log_cmid=np.linspace(np.log(lo), np.log(hi), n_cmid), b=np.geomspace(b_range[0], b_range[1], o.n_b),
+                 a_lo=float(a_lo), a_hi=float(a_hi), a_step=o.a_step, a_fixed=A)
+    return grid, float(a_top)
 
 
 class _Grid:
