@@ -233,7 +233,7 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1m,10m,100m", help=f"comma list of {sorted(SIZES)}")
     p.add_argument("--batches", default="16x8,2x4", help="comma list of PROMPTSxCOMPLETIONS")
@@ -244,6 +244,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--kv-cache-gb", type=float, default=1.0, help="vLLM's CPU KV cache")
     p.add_argument("--out", default="outputs/bench/rollout.json")
     p.add_argument("--work-dir", default=None, help="keep the saved models here (default: a temp dir, removed)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = _parser()
     a = p.parse_args(argv)
 
     sizes = [s.strip() for s in a.sizes.split(",") if s.strip()]

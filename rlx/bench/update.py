@@ -169,7 +169,7 @@ def mem_worker(a) -> dict:
     return {"peak_rss_gib": peak, "peak_before_update_gib": before}
 
 
-def main(argv=None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2", help="model group (smollm2, tiny, hf with --override model.path=...)")
     p.add_argument("--task", default="wordproblems", help="task group (wordproblems: its 1-step problems)")
@@ -186,6 +186,11 @@ def main(argv=None) -> dict:
     p.add_argument("--work", default="outputs/bench/update")
     p.add_argument("--out", default=None, help="JSON results (default: WORK/update.json)")
     p.add_argument("--mem-worker", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> dict:
+    p = _parser()
     a = p.parse_args(argv)
     Path(a.work).mkdir(parents=True, exist_ok=True)
     if a.mem_worker:

@@ -36,7 +36,7 @@ def build_policy(path: str, hidden: int, layers: int, heads: int, r: int):
     return attach_lora(model.eval(), lora), tok
 
 
-def main(argv=None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
@@ -46,6 +46,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    return ap
+
+
+def main(argv=None) -> dict:
+    ap = _parser()
     a = ap.parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")

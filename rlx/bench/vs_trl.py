@@ -156,7 +156,7 @@ def git_state() -> dict:
             "uncommitted": [ln[3:] for ln in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
 
 
-def parse(argv):
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1m,10m", help=f"tiny mode: comma list of {sorted(SIZES)}")
     p.add_argument("--model", default=None, help="real mode: an rlx model config (conf/model/NAME.yaml), e.g. smollm2")
@@ -188,6 +188,11 @@ def parse(argv):
                    help="kill a side's run whose RSS passes this many GiB (and stop), instead of the machine's OOM killer")
     p.add_argument("--out", default="outputs/bench/vs_trl.json")
     p.add_argument("--work-dir", default=None, help="keep models, run dirs and logs here (default: a temp dir, removed)")
+    return p
+
+
+def parse(argv):
+    p = _parser()
     # internal: one side's run in a subprocess
     p.add_argument("--worker", choices=["rlx", *TRL_SIDES], help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)

@@ -72,7 +72,7 @@ def default_out() -> Path:
     return Path(out) / "gpu_bench.json" if out else ROOT / "outputs" / "bench" / "gpu_bench.json"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", default="all", help="comma list of 1,2,3,4 or vllm,triton,rl,hf (default all)")
     p.add_argument("--smoke", action="store_true", help="CPU code path: tiny model, short runs")
@@ -95,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="part 3's trainer.device (cpu: a code-path check of the command and metrics parsing)")
     p.add_argument("--tmp-dir", default=None, help="where checkpoints are written (default: the system temp dir)")
     p.add_argument("--engine-spec", default=None, help=argparse.SUPPRESS)  # internal: run one vLLM engine
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     if args.engine_spec:  # child process of part 1
         result = engine_main(json.loads(args.engine_spec))

