@@ -130,7 +130,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
               n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
               update=A.Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
-                                          else None, ref_policy=ref_policy))
+                                          else None, ref_policy=ref_policy, algo=shaping.algo))
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),

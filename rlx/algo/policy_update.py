@@ -80,10 +80,12 @@ class Update:
     ref_policy: torch.nn.Module | None = None
 
     @classmethod
-    def from_config(cls, cfg, trainer, sched, train_noise=None, ref_policy=None) -> Update:
-        """From the composed config: its algo group and the three rollout values the update reads."""
+    def from_config(cls, cfg, trainer, sched, train_noise=None, ref_policy=None, algo: AlgoConfig | None = None
+                    ) -> Update:
+        """From the composed config: its algo group (`algo`: already converted, not checked again) and the
+        three rollout values the update reads."""
         r = cfg.rollout
-        return cls(as_config(cfg.algo), r.temperature, r.max_new_tokens, r.interrupt.mask_interrupted,
+        return cls(algo if algo is not None else as_config(cfg.algo), r.temperature, r.max_new_tokens, r.interrupt.mask_interrupted,
                    trainer, sched, train_noise, ref_policy)
 
     def __call__(self, policy, opt, shaped: Shaped, dp: DataParallel | None, step: int) -> tuple[dict, int]:
