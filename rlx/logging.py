@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rlx.runs import MetricsFileError, parse_metrics, read_metrics  # noqa: F401  (the loop and tests import them here)
+from rlx.runs import parse_metrics
 
 MODES = ("offline", "online", "disabled")
 

@@ -31,20 +31,20 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from rlx import algo as A
 from rlx import device as D
 from rlx import distributed as dist
-from rlx.algo import NonFiniteError  # noqa: F401  (re-exported: the loop's refusal of a bad update)
 from rlx.checkpoint import Checkpointer
 from rlx.completions import completion_rows
 from rlx.config import register_configs
 from rlx.evaluation import evaluate
 from rlx.extrapolation import build_extrapolator
 from rlx.limits import check_fits
-from rlx.logging import NullLogger, RunLogger, read_metrics, say, write_text_atomic
+from rlx.logging import NullLogger, RunLogger, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
 from rlx.resume import resume, save
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.schedule import build_schedule
+from rlx.runs import read_metrics
 from rlx.tasks import build_task
 from rlx.threads import ThreadGovernor
 

@@ -7,14 +7,16 @@ from rlx.tasks.synthetic import Arith, KeyedRules, Multiply
 from rlx.tasks.user_rewards import check_reward_specs
 from rlx.tasks.wordproblems import WordProblems
 
-TASKS = {"arith": Arith, "multiply": Multiply, "rules": KeyedRules, "wordproblems": WordProblems, "file": FileTask, "jsonl": FileTask}  # jsonl: the file task's old name
-FILE_TASKS = ("file", "jsonl")
+TASKS = {"arith": Arith, "multiply": Multiply, "rules": KeyedRules, "wordproblems": WordProblems, "file": FileTask}
+FILE_TASKS = ("file",)
 
 
 def check_task_config(cfg) -> None:
     """What can be checked of task.* without reading data: the task name, every reward entry
     (registered, or an importable function with TRL's signature), task.holdout (file tasks only) and a
     file task's paths. Called before any model is built."""
+    if cfg.name == "jsonl":
+        raise ValueError("task.name=jsonl: the file task is named 'file' now (task.name=file, or task=gsm8k / task=math)")
     if cfg.name not in TASKS:
         raise ValueError(f"task.name: unknown task '{cfg.name}'; registered: {sorted(TASKS)}")
     check_reward_specs(cfg.rewards)

@@ -260,7 +260,8 @@ def test_half_written_last_metrics_line_does_not_block_resume(tmp_path, finished
 
 
 def test_invalid_metrics_line_in_the_middle_is_an_error_naming_it(tmp_path):
-    from rlx.logging import MetricsFileError, RunLogger
+    from rlx.logging import RunLogger
+    from rlx.runs import MetricsFileError
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 0}\n{"step": 1, "a": \n{"step": 2}\n')
@@ -344,7 +345,8 @@ def test_non_finite_newest_checkpoint_resumes_from_the_intact_one(tmp_path, fini
     (b'{"step": 1, "a\xff": 2}', r"line 2 is not valid UTF-8 \(byte 14\)"),  # 0-based; main: a garbage key
 ])
 def test_malformed_middle_metrics_line_is_an_error_naming_file_and_line(tmp_path, bad, why):
-    from rlx.logging import MetricsFileError, RunLogger
+    from rlx.logging import RunLogger
+    from rlx.runs import MetricsFileError
     from rlx.runs import read_run
 
     path = tmp_path / "metrics.jsonl"

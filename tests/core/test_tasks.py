@@ -79,6 +79,8 @@ def test_rewards_registry_and_scoring():
         build_task(_cfg(name="arith", rewards={"nope": 1.0}))
     with pytest.raises(ValueError, match="unknown task"):
         build_task(_cfg(name="chess"))
+    with pytest.raises(ValueError, match="named 'file' now"):  # the file task's old name
+        build_task(_cfg(name="jsonl"))
 
 
 def test_jsonl_gsm8k_style_with_math_verify(tmp_path):
@@ -88,7 +90,7 @@ def test_jsonl_gsm8k_style_with_math_verify(tmp_path):
     ]
     p = tmp_path / "train.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = _cfg(name="jsonl", train_path=str(p), eval_path=str(p), n_train=0, n_eval=0,
+    cfg = _cfg(name="file", train_path=str(p), eval_path=str(p), n_train=0, n_eval=0,
                answer_regex=r"####\s*(.+)\s*$", prompt_template="Q: {question}\nA:", rewards={"math_verify": 1.0})
     t = build_task(cfg)
     assert [e.answer for e in t.train] == ["7", "5"]
@@ -102,18 +104,18 @@ def test_jsonl_gsm8k_style_with_math_verify(tmp_path):
 def test_jsonl_math_style_latex_equivalence(tmp_path):
     p = tmp_path / "math.jsonl"
     p.write_text(json.dumps({"problem": "Simplify 2/4", "solution": "\\frac{1}{2}"}) + "\n")
-    t = build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), question_field="problem",
+    t = build_task(_cfg(name="file", train_path=str(p), eval_path=str(p), question_field="problem",
                         answer_field="solution", n_train=0, n_eval=0, rewards={"math_verify": 1.0}))
     assert t.score(t.eval, ["$\\boxed{0.5}$"])["math_verify"] == [1.0]
 
 
 def test_jsonl_errors_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        build_task(_cfg(name="jsonl", train_path=str(tmp_path / "missing.jsonl"), eval_path="x"))
+        build_task(_cfg(name="file", train_path=str(tmp_path / "missing.jsonl"), eval_path="x"))
     p = tmp_path / "d.jsonl"
     p.write_text(json.dumps({"q": "1", "a": "2"}) + "\n")
     with pytest.raises(ValueError, match="question"):
-        build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p)))
+        build_task(_cfg(name="file", train_path=str(p), eval_path=str(p)))
 
 
 # ---------------------------------------------------------------- real-task scoring (issue 15)
@@ -121,7 +123,7 @@ def test_jsonl_errors_name_the_problem(tmp_path):
 def _math_task(tmp_path, gold: str, rewards=None):
     p = tmp_path / "m.jsonl"
     p.write_text(json.dumps({"problem": "q", "answer": gold}) + "\n")
-    return build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), question_field="problem",
+    return build_task(_cfg(name="file", train_path=str(p), eval_path=str(p), question_field="problem",
                            answer_field="answer", n_train=0, n_eval=0, rewards=rewards or {"math_verify": 1.0}))
 
 
@@ -208,7 +210,7 @@ def test_malformed_jsonl_line_is_named(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text(json.dumps({"question": "a", "answer": "#### 1"}) + "\n" + '{"question": "b", "answer": \n')
     with pytest.raises(ValueError, match=r"bad.jsonl line 2 is not valid JSON"):
-        build_task(_cfg(name="jsonl", train_path=str(p), eval_path=str(p), rewards={"math_verify": 1.0}))
+        build_task(_cfg(name="file", train_path=str(p), eval_path=str(p), rewards={"math_verify": 1.0}))
 
 
 def test_reward_weights_can_be_set_from_the_command_line():

@@ -225,7 +225,7 @@ def test_experiment_composes_validates_and_needs_only_paths(name):
         assert OmegaConf.select(bare, key, default=None) in (None, "???"), key
     cfg = compose([f"experiment={name}", *PATHS])
     validate(cfg)
-    assert cfg.model.source == "hf" and cfg.model.dtype == "bfloat16" and cfg.task.name == "jsonl"
+    assert cfg.model.source == "hf" and cfg.model.dtype == "bfloat16" and cfg.task.name == "file"
     assert cfg.logger.group == name
 
 
