@@ -49,7 +49,7 @@ def producing_versions(batch, current: int) -> Tensor:
 
 def split_parts(policy, batch, cfg, trainer, current: int, versions: dict[int, dict]) -> dict[str, Tensor]:
     """{engine, staleness, total} log-ratios per token (0 off the completion).  # [N, T] each"""
-    from rlx.rollout.hf import load_trainable, trainable_state
+    from rlx.models.trainable import load_trainable, trainable_state
 
     dev = trainer.device
     valid = batch.loss_mask.to(dev) > 0  # [N, T]

@@ -18,6 +18,7 @@ import torch
 from rlx.device import Trainer, autocast
 from rlx.models.forward import causal_lm, decoder_forward, position_ids
 from rlx.models.held import held_autocast_weights, held_lm_logits
+from rlx.models.trainable import load_trainable, trainable_state
 from rlx.quant.linear import held_dequantized
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 
@@ -65,20 +66,6 @@ def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
 def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
     toks = [t for t, keep in zip(row.tolist(), m.tolist()) if keep and t not in stop_ids]
     return tok.decode(toks, skip_special_tokens=True)
-
-
-def trainable_state(policy) -> dict[str, torch.Tensor]:
-    """Detached copies of the trainable tensors (the LoRA adapter; every weight with model.finetune=full):
-    what changes between versions.  # name -> tensor"""
-    return {n: q.detach().clone() for n, q in policy.named_parameters() if q.requires_grad}
-
-
-@torch.no_grad()
-def load_trainable(policy, state: dict[str, torch.Tensor]) -> None:
-    """Copy `state` (from trainable_state) into the policy's trainable tensors, in place."""
-    params = dict(policy.named_parameters())
-    for n, v in state.items():
-        params[n].copy_(v)
 
 
 class HFEngine(RolloutEngine):

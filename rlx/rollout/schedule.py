@@ -30,7 +30,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
-from rlx.rollout.hf import load_trainable, trainable_state
+from rlx.models.trainable import load_trainable, trainable_state
 from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
 
 MODES = ("sync", "stale", "async")

@@ -204,7 +204,7 @@ def test_split_parts_add_up_to_the_total(setup):
     is pi_0 - mu (float noise of the hf engine), the staleness part pi_1 - pi_0 (not small), and
     engine + staleness = total = pi_1 - mu token by token within 1e-5."""
     from rlx.algo.mismatch import mismatch_split, split_parts, trainer_logprobs
-    from rlx.rollout.hf import load_trainable, trainable_state
+    from rlx.models.trainable import load_trainable, trainable_state
 
     policy, cfg, trainer, batch = setup
     cfg = _merged(cfg)

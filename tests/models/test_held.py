@@ -86,7 +86,7 @@ def test_in_flight_sync_into_an_own_copy_writes_the_fp32_adapter(tmp_path):
     from rlx.config import RolloutConfig, TrainerConfig
     from rlx.device import resolve
     from rlx.rollout import SamplingParams, build_engine
-    from rlx.rollout.hf import trainable_state
+    from rlx.models.trainable import trainable_state
 
     policy, tok = tiny_policy(tmp_path)
     cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": "hf"})
