@@ -12,7 +12,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from rlx import device as D
+from rlx.device import Trainer, resolve
 from rlx import distributed as dist
 from rlx.algo.config import as_config as algo_config
 from rlx.config import unknown_keys
@@ -24,7 +24,7 @@ from rlx.rollout import SamplingParams, check_engine
 from rlx.rollout.schedule import check_schedule_config
 
 
-def check(cfg) -> D.Trainer:
+def check(cfg) -> Trainer:
     """Every value the loop needs, checked before any model is built (naming the key)."""
     check_values(cfg)
     check_finetune(cfg, dist.launched_world_size())
@@ -47,7 +47,7 @@ def check(cfg) -> D.Trainer:
     SamplingParams.from_config(cfg.rollout)
     eval_sampling(cfg.rollout)  # evaluation's own settings (rollout.eval_*)
     check_schedule_config(cfg.rollout)
-    trainer = D.resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    trainer = resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     check_engine(cfg)
     return trainer
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from rlx import device as D
+from rlx.device import rng_state, set_rng_state
 from rlx import distributed as dist
 from rlx.logging import say as _log
 
@@ -22,7 +22,7 @@ def resume(p, found: tuple | None) -> None:
     latest, st = found
     p.dp.load_optimizer_state(p.policy, p.opt, st["optimizer"])
     p.sched.load_state_dict(st["scheduler"])
-    D.set_rng_state(st["rng"])
+    set_rng_state(st["rng"])
     p.gen.set_state(st["rollout_rng"])
     p.task.load_state_dict(st["task"])
     if p.curriculum is not None:
@@ -79,7 +79,7 @@ def save(p, step: int, run_id: str | None) -> None:
         return
     with p.schedule.paused():  # async: no generation touches the task or the RNG streams while they are read
         p.ckpt.save(step, p.policy, {
-            "step": step, "optimizer": optimizer, "scheduler": p.sched.state_dict(), "rng": D.rng_state(),
+            "step": step, "optimizer": optimizer, "scheduler": p.sched.state_dict(), "rng": rng_state(),
             "rollout_rng": p.gen.get_state(), "task": p.task.state_dict(), "wandb_run_id": run_id,
             "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
             "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),

@@ -28,8 +28,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from rlx import algo as A
-from rlx import device as D
+from rlx.algo import Shaping, Update, mismatch_split, zero_variance_groups
+from rlx.device import Trainer, seed_everything
 from rlx import distributed as dist
 from rlx.checkpoint import Checkpointer
 from rlx.completions import completion_rows
@@ -64,7 +64,7 @@ class Parts:
 
     cfg: DictConfig
     run_dir: Path
-    trainer: D.Trainer
+    trainer: Trainer
     task: object
     policy: torch.nn.Module
     tok: object
@@ -88,8 +88,8 @@ class Parts:
     wall_offset: float = 0.0
     completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
     ref_policy: torch.nn.Module | None = None  # full fine-tuning with algo.beta > 0: the frozen reference copy
-    shaping: A.Shaping | None = None  # algo's shaping step (overlong rewards, curriculum, refill / filter)
-    update: A.Update | None = None  # algo's policy update, bound to the algo config at build
+    shaping: Shaping | None = None  # algo's shaping step (overlong rewards, curriculum, refill / filter)
+    update: Update | None = None  # algo's policy update, bound to the algo config at build
 
     def compute_now(self) -> dict:
         """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
@@ -97,7 +97,7 @@ class Parts:
         return {f"perf/compute/{k}": v for k, v in self.compute.items()}
 
 
-def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Trainer | None = None) -> Parts:
+def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: Trainer | None = None) -> Parts:
     """Every part of the run; `trainer` is what `check(cfg)` returned when the caller already ran it."""
     trainer = trainer or check(cfg)
     world = world or dist.World()
@@ -105,7 +105,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
     if cfg.train.resume == "never" and ckpt.steps():
         raise ValueError(f"train.resume=never but {ckpt.root} holds checkpoints {ckpt.steps()}: starting over "
                          f"would overwrite them. Use a new hydra.run.dir, or move the old ckpt/ aside")
-    D.seed_everything(cfg.seed)
+    seed_everything(cfg.seed)
     task = build_task(cfg.task)
     check_fits(cfg, task)  # the tiny model's context holds prompt + completion (needs the task's prompts)
     task.set_seed(cfg.seed)
@@ -113,7 +113,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
         if (turn == 0) == world.is_main:
             policy, tok = build_policy(cfg, task, _log, trainer.device)
         world.barrier()
-    D.seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
+    seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
     ref_policy = reference_policy(cfg, policy)  # of the base as built: before a checkpoint is loaded
     # the newest intact checkpoint's adapter, loaded into the whole module (before FSDP shards it); the
     # rest of its state is restored by `resume` once everything is built
@@ -123,13 +123,13 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: D.Traine
     opt = torch.optim.AdamW(params, lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
     warm = max(1, cfg.algo.warmup_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, functools.partial(_warmup, warm=warm))
-    shaping = A.Shaping.from_config(cfg)
+    shaping = Shaping.from_config(cfg)
     noise = build_noise(cfg.noise, cfg.train.steps, cfg.seed)
     p = Parts(cfg, Path(run_dir), trainer, task, policy, tok, None, None, opt, sched,
               noise=noise, extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps), curriculum=shaping.curriculum,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
               n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
-              update=A.Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
+              update=Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
                                           else None, ref_policy=ref_policy, algo=shaping.algo))
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
@@ -170,7 +170,7 @@ def refill(p: Parts, step: int, n: int):
 
 def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, step: int) -> dict:
     G = p.cfg.rollout.group_size
-    zero_var = A.zero_variance_groups(rewards, batch.group)  # [N] bool
+    zero_var = zero_variance_groups(rewards, batch.group)  # [N] bool
     m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
          "train/reward/mean": rewards.mean().item(),
          "train/reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
@@ -210,7 +210,7 @@ def rl_step(p: Parts, step: int) -> dict:
     p.engine.sleep()  # rollout.vllm.sleep_mode (GPU): vLLM's memory is the trainer's until the sync
     every = cfg.algo.mismatch_split_every
     if every > 0 and step % every == 0:  # engine vs staleness parts of the mismatch, before the update
-        m.update(A.mismatch_split(p.policy, shaped.batch, cfg, p.trainer, step - 1, p.schedule.versions()))
+        m.update(mismatch_split(p.policy, shaped.batch, cfg, p.trainer, step - 1, p.schedule.versions()))
     t_train = time.time()
     um, trained_tokens = p.update(p.policy, p.opt, shaped, p.dp, step)
     m.update(um)
@@ -246,7 +246,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         dist.close(world)
 
 
-def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: D.Trainer, t_start: float,
+def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: Trainer, t_start: float,
          threads: ThreadGovernor | None = None) -> dict:
     p = build(cfg, run_dir, world, trainer)
     if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json

@@ -50,17 +50,17 @@ def out_dir(src: Source, given: str | None) -> Path:
 
 def build(cfg, src: Source, trainer):
     """(task, policy, engine) as rlx.train.build makes them, the policy holding the checkpoint's weights."""
-    from rlx import device as D
     from rlx.checkpoint import Checkpointer
+    from rlx.device import seed_everything
     from rlx.models import base_dir, build_policy
     from rlx.rollout import build_engine, max_sequence_len
     from rlx.tasks import build_task
 
-    D.seed_everything(cfg.seed)
+    seed_everything(cfg.seed)
     task = build_task(cfg.task)
     task.set_seed(cfg.seed)
     policy, tok = build_policy(cfg, task, say, trainer.device)
-    D.seed_everything(cfg.seed)
+    seed_everything(cfg.seed)
     if src.checkpoint is not None:
         Checkpointer.load(src.checkpoint, policy)  # verified again; the adapter into the policy
         say(f"[rlx-eval] loaded {src.checkpoint} (step {src.step})")
