@@ -21,7 +21,7 @@ from rlx.extrapolation import build_extrapolator
 from rlx.logging import MODES as LOGGER_MODES
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, check_engine
-from rlx.rollout.schedule import check_schedule_config
+from rlx.rollout.schedule import check_rollout_schedule_config
 
 
 def check(cfg) -> Trainer:
@@ -46,7 +46,7 @@ def check(cfg) -> Trainer:
         resolve_gguf(cfg.model.gguf_file)
     SamplingParams.from_config(cfg.rollout)
     eval_sampling(cfg.rollout)  # evaluation's own settings (rollout.eval_*)
-    check_schedule_config(cfg.rollout)
+    check_rollout_schedule_config(cfg.rollout)
     trainer = resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     check_engine(cfg)
     return trainer

@@ -9,7 +9,7 @@ version c (c = step - 1 when step `step` updates):
 
 so total = engine + staleness token by token. pi_v needs the weights of version v: the stale and
 async schedules keep the trainable tensors (the LoRA adapter) of every version they may still
-sample from (`Schedule.versions()`), and the sync schedule's is the current one. Costs one
+sample from (the rollout schedule's `versions()`), and the sync schedule's is the current one. Costs one
 no-grad forward of the batch per distinct version, every N steps.
 """
 

@@ -22,7 +22,7 @@ from typing import Callable
 # (sigma_start, sigma_end, t in [0, 1]) -> sigma
 StageCurve = Callable[[float, float, float], float]
 # (step, total_steps, cfg) -> (sigma, stage)
-Schedule = Callable[[int, int, object], tuple[float, int]]
+SigmaSchedule = Callable[[int, int, object], tuple[float, int]]
 
 
 def _geometric(sigma_start: float, sigma_end: float, t: float) -> float:
@@ -42,7 +42,7 @@ def stage_of(step: int, total_steps: int, stages: int) -> int:
     return min(step * stages // total_steps, stages - 1)
 
 
-def _staged(curve: StageCurve) -> Schedule:
+def _staged(curve: StageCurve) -> SigmaSchedule:
     """A schedule with a noise-free stage 0 and `curve` across stages 1..K-1 (end points exact)."""
 
     def schedule(step: int, total_steps: int, cfg) -> tuple[float, int]:
@@ -69,7 +69,7 @@ def _constant(step: int, total_steps: int, cfg) -> tuple[float, int]:
     return float(cfg.sigma_start), stage_of(step, total_steps, stages)
 
 
-SCHEDULES: dict[str, Schedule] = {
+SCHEDULES: dict[str, SigmaSchedule] = {
     "exponential": _staged(_geometric),
     "linear": _staged(_linear),
     "cosine": _staged(_cosine),
@@ -77,7 +77,7 @@ SCHEDULES: dict[str, Schedule] = {
 }
 
 
-def check_schedule_config(cfg) -> None:
+def check_noise_schedule_config(cfg) -> None:
     """Raise ValueError naming the first bad schedule field of a NoiseConfig."""
     if cfg.schedule not in SCHEDULES:
         raise ValueError(f"unknown noise.schedule '{cfg.schedule}'; choose one of {sorted(SCHEDULES)}")
@@ -98,7 +98,7 @@ def sigma_at(step: int, total_steps: int, cfg) -> tuple[float, int]:
         raise ValueError(f"total_steps must be >= 1, got {total_steps}")
     if int(step) < 0:
         raise ValueError(f"step must be >= 0, got {step}")
-    check_schedule_config(cfg)
+    check_noise_schedule_config(cfg)
     return SCHEDULES[cfg.schedule](int(step), int(total_steps), cfg)
 
 

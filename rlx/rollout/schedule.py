@@ -36,7 +36,7 @@ from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
 MODES = ("sync", "stale", "async")
 
 
-def check_schedule_config(cfg) -> None:
+def check_rollout_schedule_config(cfg) -> None:
     """rollout.mode / max_staleness / interrupt, checked before any model is built."""
     if cfg.mode not in MODES:
         raise ValueError(f"rollout.mode: '{cfg.mode}' is not one of {list(MODES)}")

@@ -63,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.name not in sweeps:
         parser.error(f"unknown sweep {args.name!r}; choose one of {', '.join(sweeps)}")
     if args.predictive:
-        from rlx.sweeps.rounds import Schedule, run_rounds  # the fits' scipy and the driver: only when asked for
+        from rlx.sweeps.rounds import RoundPlan, run_rounds  # the fits' scipy and the driver: only when asked for
 
         try:
-            rc, sweep_dir = run_rounds(args.name, list(args.overrides), Schedule(
+            rc, sweep_dir = run_rounds(args.name, list(args.overrides), RoundPlan(
                 args.rounds, args.first_steps, args.growth, args.flat_rounds, reach_alpha=args.reach_alpha))
         except ValueError as err:
             parser.error(str(err))

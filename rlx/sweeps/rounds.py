@@ -28,7 +28,7 @@ SCHEDULE_JSON = "predictive_schedule.json"  # the first command's schedule and a
 
 
 @dataclass
-class Schedule:
+class RoundPlan:
     """Round r runs the surviving arms to train.steps = first_steps * growth^r, for `rounds` rounds at most."""
 
     rounds: int = 4
@@ -69,7 +69,7 @@ def split_overrides(overrides: list[str], arm_key: str, arms: list[str]) -> tupl
     return rest, arms
 
 
-def _state(sweep_dir: str | Path, schedule: Schedule, arms: list[str]) -> tuple[dict, dict, list[str], int]:
+def _state(sweep_dir: str | Path, schedule: RoundPlan, arms: list[str]) -> tuple[dict, dict, list[str], int]:
     """(budgets, flat rounds, arms alive, next round) of a sweep directory: a new sweep's, or, when the driver
     of this sweep directory died, the state after its last complete round (predictive.jsonl), so rerunning
     the same command goes on from there. Refuses a rerun whose schedule or arms differ from the first."""
@@ -110,7 +110,7 @@ def _state(sweep_dir: str | Path, schedule: Schedule, arms: list[str]) -> tuple[
     return budgets, flats, alive, r
 
 
-def run_rounds(name: str, overrides: list[str], schedule: Schedule,
+def run_rounds(name: str, overrides: list[str], schedule: RoundPlan,
                runner: Callable[[list[str]], int] | None = None) -> tuple[int, str]:
     """Run sweep `name` predictively; returns (exit code, sweep directory). runner: runs one argv (default
     subprocess). Rerunning the same command with the same hydra.sweep.dir after the driver died goes on

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from rlx.sweeps.decisions import read_decisions
-from rlx.sweeps.rounds import Schedule, run_rounds
+from rlx.sweeps.rounds import RoundPlan, run_rounds
 from tests.sweeps.sweep_helpers import fake_multirun
 
 
@@ -13,7 +13,7 @@ def test_decisions_go_to_the_drivers_wandb_run(tmp_path):
     """logger.mode=offline: one wandb run in the sweep directory, per round each arm's A / budget / stopped and a
     table of every decision so far; a restarted driver logs to the same run id."""
     args = ["loo_arm=scalerl,on_policy,adv_group", "seed=0,1", "logger.mode=offline", f"hydra.sweep.dir={tmp_path}"]
-    run_rounds("scalerl_loo", args, Schedule(rounds=4, first_steps=8), runner=fake_multirun([]))
+    run_rounds("scalerl_loo", args, RoundPlan(rounds=4, first_steps=8), runner=fake_multirun([]))
     records = read_decisions(tmp_path)
     run_id = (tmp_path / "predictive_wandb_id").read_text()
     runs = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))

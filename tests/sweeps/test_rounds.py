@@ -7,14 +7,14 @@ import pytest
 
 from rlx.report.tables import predictive_section
 from rlx.sweeps.decisions import DECISIONS_JSONL, read_decisions
-from rlx.sweeps.rounds import Schedule, run_rounds, split_overrides
+from rlx.sweeps.rounds import RoundPlan, run_rounds, split_overrides
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, fake_multirun
 
 
 def test_driver_runs_rounds_resumes_in_place_and_stops_the_loser(tmp_path, capsys):
     calls = []
     rc, sweep_dir = run_rounds("scalerl_loo", ["loo_arm=scalerl,on_policy,adv_group", "seed=0,1",
-                                               f"hydra.sweep.dir={tmp_path}"], Schedule(rounds=4, first_steps=8),
+                                               f"hydra.sweep.dir={tmp_path}"], RoundPlan(rounds=4, first_steps=8),
                                runner=fake_multirun(calls))
     assert rc == 0 and sweep_dir == str(tmp_path)
     steps = [next(o for o in c if o.startswith("train.steps=")) for c in calls]
@@ -41,7 +41,7 @@ def test_a_dead_driver_rerun_goes_on_from_its_last_decided_round(tmp_path):
     with the same arms and budgets, and the decisions equal those of a driver that never died."""
     args = ["loo_arm=scalerl,on_policy,adv_group", "seed=0,1", "logger=disabled"]
     whole_calls = []
-    run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={tmp_path / 'whole'}"], Schedule(rounds=4, first_steps=8),
+    run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={tmp_path / 'whole'}"], RoundPlan(rounds=4, first_steps=8),
                runner=fake_multirun(whole_calls))
     calls, real = [], fake_multirun([])
 
@@ -53,13 +53,13 @@ def test_a_dead_driver_rerun_goes_on_from_its_last_decided_round(tmp_path):
 
     died = tmp_path / "died"
     with pytest.raises(KeyboardInterrupt):
-        run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={died}"], Schedule(rounds=4, first_steps=8),
+        run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={died}"], RoundPlan(rounds=4, first_steps=8),
                    runner=dies_in_round_2)
     assert sorted({r["round"] for r in read_decisions(died)}) == [0, 1]
     with open(died / DECISIONS_JSONL, "a") as fh:  # and a decision line half-written by the kill
         fh.write('{"round": 2, "arm": "sca')
     again = []
-    rc, _ = run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={died}"], Schedule(rounds=4, first_steps=8),
+    rc, _ = run_rounds("scalerl_loo", [*args, f"hydra.sweep.dir={died}"], RoundPlan(rounds=4, first_steps=8),
                        runner=fake_multirun(again))
     assert rc == 0
     same_dir = lambda cmds, d: [[o.replace(str(d), "DIR") for o in c] for c in cmds]  # noqa: E731
@@ -69,11 +69,11 @@ def test_a_dead_driver_rerun_goes_on_from_its_last_decided_round(tmp_path):
 
 def test_a_rerun_with_another_plan_is_refused(tmp_path):
     args = ["loo_arm=scalerl,on_policy", "seed=0", "logger=disabled", f"hydra.sweep.dir={tmp_path}"]
-    run_rounds("scalerl_loo", args, Schedule(rounds=2, first_steps=8), runner=fake_multirun([]))
+    run_rounds("scalerl_loo", args, RoundPlan(rounds=2, first_steps=8), runner=fake_multirun([]))
     with pytest.raises(ValueError, match="growth 2 -> 3"):
-        run_rounds("scalerl_loo", args, Schedule(rounds=2, first_steps=8, growth=3), runner=fake_multirun([]))
+        run_rounds("scalerl_loo", args, RoundPlan(rounds=2, first_steps=8, growth=3), runner=fake_multirun([]))
     with pytest.raises(ValueError, match="arms"):
-        run_rounds("scalerl_loo", [*args, "loo_arm=scalerl"], Schedule(rounds=2, first_steps=8),
+        run_rounds("scalerl_loo", [*args, "loo_arm=scalerl"], RoundPlan(rounds=2, first_steps=8),
                    runner=fake_multirun([]))
 
 
