@@ -18,7 +18,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
-class Trainer:
+class DeviceSpec:
+    """Where and in what dtype the run computes, resolved from the `trainer` config group (not `train`,
+    the loop's schedule)."""
+
     device: torch.device
     dtype: torch.dtype  # compute dtype of forward passes (autocast); parameters keep theirs
     world_size: int = 1  # data-parallel processes (torchrun), one device each
@@ -29,8 +32,8 @@ class Trainer:
         return self.world_size
 
 
-def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> Trainer:
-    """The Trainer for a `trainer` config; raises ValueError naming the key before any work. Under
+def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
+    """The DeviceSpec for a `trainer` config; raises ValueError naming the key before any work. Under
     torchrun each rank computes on its own device: cuda means cuda:LOCAL_RANK."""
     dev = str(cfg.device)
     if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
@@ -58,10 +61,10 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> Trainer:
     from rlx.allocator import set_mmap_threshold
 
     set_mmap_threshold(float(cfg.get("malloc_mmap_threshold_mb", 0.0)))
-    return Trainer(torch.device(dev), DTYPES[cfg.dtype], world_size)
+    return DeviceSpec(torch.device(dev), DTYPES[cfg.dtype], world_size)
 
 
-def autocast(trainer: Trainer):
+def autocast(trainer: DeviceSpec):
     """Forward-pass context: bf16 autocast on the trainer's device, nothing at all in fp32."""
     if trainer.dtype == torch.float32:
         return contextlib.nullcontext()

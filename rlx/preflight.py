@@ -12,7 +12,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from rlx.device import Trainer, resolve
+from rlx.device import DeviceSpec, resolve
 from rlx import distributed as dist
 from rlx.algo.config import as_config as algo_config
 from rlx.config import unknown_keys
@@ -24,7 +24,7 @@ from rlx.rollout import SamplingParams, check_engine
 from rlx.rollout.schedule import check_rollout_schedule_config
 
 
-def check(cfg) -> Trainer:
+def check(cfg) -> DeviceSpec:
     """Every value the loop needs, checked before any model is built (naming the key)."""
     check_values(cfg)
     check_finetune(cfg, dist.launched_world_size())

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from rlx.algo import Shaping, Update, mismatch_split, zero_variance_groups
-from rlx.device import Trainer, seed_everything
+from rlx.device import DeviceSpec, seed_everything
 from rlx import distributed as dist
 from rlx.checkpoint import Checkpointer
 from rlx.completions import completion_rows
@@ -64,7 +64,7 @@ class Parts:
 
     cfg: DictConfig
     run_dir: Path
-    trainer: Trainer
+    trainer: DeviceSpec
     task: object
     policy: torch.nn.Module
     tok: object
@@ -97,7 +97,7 @@ class Parts:
         return {f"perf/compute/{k}": v for k, v in self.compute.items()}
 
 
-def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: Trainer | None = None) -> Parts:
+def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSpec | None = None) -> Parts:
     """Every part of the run; `trainer` is what `check(cfg)` returned when the caller already ran it."""
     trainer = trainer or check(cfg)
     world = world or dist.World()
@@ -246,7 +246,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         dist.close(world)
 
 
-def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: Trainer, t_start: float,
+def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec, t_start: float,
          threads: ThreadGovernor | None = None) -> dict:
     p = build(cfg, run_dir, world, trainer)
     if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json

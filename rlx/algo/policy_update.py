@@ -74,7 +74,7 @@ class Update:
     temperature: float  # rollout.temperature: the log-probs are those of the sampling distribution
     max_new_tokens: int  # rollout.max_new_tokens (algo.aggregation=constant's normalizer)
     mask_interrupted: bool  # rollout.interrupt.mask_interrupted: interrupted rows leave the loss
-    trainer: object  # rlx.device.Trainer: device and autocast dtype
+    trainer: object  # rlx.device.DeviceSpec: device and autocast dtype
     sched: object  # the LR scheduler of the optimizer passed to each call (stepped once per pass)
     train_noise: object = None
     ref_policy: torch.nn.Module | None = None

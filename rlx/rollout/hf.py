@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rlx.device import Trainer, autocast
+from rlx.device import DeviceSpec, autocast
 from rlx.models.forward import causal_lm, decoder_forward, position_ids
 from rlx.models.held import held_autocast_weights, held_lm_logits
 from rlx.models.trainable import load_trainable, trainable_state
@@ -69,7 +69,7 @@ def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
 
 
 class HFEngine(RolloutEngine):
-    def __init__(self, cfg, tokenizer, policy, trainer: Trainer, fp32_head: bool = False, own_weights: bool = False,
+    def __init__(self, cfg, tokenizer, policy, trainer: DeviceSpec, fp32_head: bool = False, own_weights: bool = False,
                  **_unused):
         # base_dir / seed / max_len / quant_format: the policy module itself is sampled, with the caller's generator
         self.tok = tokenizer
