@@ -4,7 +4,7 @@ Runs the same `python -m rlx.train` experiment as 1 process (1 thread, and `--co
 `--cores` torchrun ranks of 1 thread each with `trainer.strategy=ddp` and `fsdp`, on the same global
 batch, and prints the median seconds per RL step of each (steps after the first `--skip`, from
 metrics.jsonl's timing_s/step, evaluation excluded), its generation and update parts, and the ratios
-to the 1-process runs. Every run trains the same thing (tests/core/test_distributed.py), so the
+to the 1-process runs. Every run trains the same thing (tests/run/test_distributed.py), so the
 numbers compare cost only.
 """
 

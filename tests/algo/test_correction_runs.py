@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_tiny
-from tests.core.test_train import EASY
+from tests.run.test_train import EASY
 
 EVERY_STEP = [
     "rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/kl_seq", "rollout_corr/k3_kl_seq",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_tiny
-from tests.core.test_train import EASY
-from tests.core.test_distributed import _rows, _run, assert_same_run
+from tests.run.test_train import EASY
+from tests.run.test_distributed import _rows, _run, assert_same_run
 
 
 # on-policy, the policy-gradient loss is 0 up to float noise (advantages sum to 0 in each group): its

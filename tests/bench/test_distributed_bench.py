@@ -1,5 +1,5 @@
 """`python -m rlx.bench.distributed`: the table from measured runs (fast, runs stubbed) and, marked slow, the
-real thing at its smallest (the torchrun launches themselves are tested in tests/core/test_distributed.py)."""
+real thing at its smallest (the torchrun launches themselves are tested in tests/run/test_distributed.py)."""
 
 import pytest
 

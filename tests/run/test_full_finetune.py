@@ -223,7 +223,7 @@ def test_ddp_two_ranks_train_the_full_model_as_one_process(tmp_path):
     """Full fine-tuning trains the head outside the DDP-wrapped decoder: its gradient is reduced by hand
     to what DDP gives the others (without that it was summed loss_scale = 2 times: grad_norm 1.569
     instead of 1.015 at step 1)."""
-    from tests.core.test_distributed import _rows, _run, assert_same_run
+    from tests.run.test_distributed import _rows, _run, assert_same_run
 
     extra = ["model.finetune=full", "algo.lr=1e-4", "train.steps=4"]
     _run(1, tmp_path / "one", *extra)
