@@ -26,7 +26,7 @@ def _gsm8k_task(tmp_path, timeout_s=T):
     p = tmp_path / "g.jsonl"
     p.write_text(json.dumps({"question": "q", "answer": "#### 1"}) + "\n")
     return build_task(OmegaConf.merge(OmegaConf.structured(TaskConfig), {
-        "name": "jsonl", "train_path": str(p), "eval_path": str(p), "answer_regex": r"####\s*(.+)\s*$",
+        "name": "file", "train_path": str(p), "eval_path": str(p), "answer_regex": r"####\s*(.+)\s*$",
         "n_train": 0, "n_eval": 0, "rewards": {"math_verify": 1.0}, "reward_timeout_s": timeout_s}))
 
 

@@ -22,7 +22,7 @@ def _task(tmp_path, gold: str, rewards=None):
     p = tmp_path / "m.jsonl"
     p.write_text(json.dumps({"problem": "q", "answer": gold}) + "\n")
     return build_task(OmegaConf.merge(OmegaConf.structured(TaskConfig), {
-        "name": "jsonl", "train_path": str(p), "eval_path": str(p), "question_field": "problem",
+        "name": "file", "train_path": str(p), "eval_path": str(p), "question_field": "problem",
         "answer_field": "answer", "n_train": 0, "n_eval": 0, "rewards": rewards or {"math_verify": 1.0}}))
 
 

@@ -27,7 +27,7 @@ def write(path, rows):
 
 def task(path, **kw):
     cfg = OmegaConf.merge(OmegaConf.structured(TaskConfig), {
-        "name": "jsonl", "train_path": path, "eval_path": None, "answer_regex": r"####\s*(.+)\s*$",
+        "name": "file", "train_path": path, "eval_path": None, "answer_regex": r"####\s*(.+)\s*$",
         "rewards": {"correct": 1.0}, "n_train": 0, "n_eval": 0}, kw)
     return build_task(cfg)
 
