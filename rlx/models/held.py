@@ -1,8 +1,8 @@
 """Frozen weights held in autocast's dtype for a block of forwards (token-by-token sampling).
 
 Under autocast, F.linear casts its fp32 weight to the autocast dtype at every call; autocast caches the
-cast only for weights that require grad. A frozen base (LoRA) is therefore recast at every decode step:
-on SmolLM2 with the hf engine in bf16 that copy was 35% of generation's CPU time (docs/lean.md). Within
+cast only for weights that require grad. A frozen base (LoRA) is therefore recast at every decode step
+(what that costs: docs/lean.md, "Generation with the hf engine under bf16"). Within
 `held_autocast_weights`, each frozen fp32 nn.Linear weight holds its autocast-dtype copy instead: the
 value autocast would have made, so the outputs are bit-identical; the fp32 weights come back on exit.
 """
