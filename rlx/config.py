@@ -202,14 +202,14 @@ class TrainerConfig:
 
     bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32).
     `threads` sets torch's intra-op threads: -1 (default) one per core that other processes leave free,
-    re-measured every RL step (rlx.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
+    re-measured every RL step (rlx.run.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
 
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "fp32"  # fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)
     threads: int = -1  # torch intra-op threads: -1 = the free cores, re-measured each step; 0 = every core; N
     strategy: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)
     dist_timeout_s: float = 600.0  # under torchrun: a collective that waits longer ends the run
-    malloc_mmap_threshold_mb: float = 0.0  # CPU: blocks >= this many MiB get their own mapping, freed at once (lower peak RSS, more page faults; rlx.allocator); 0 = glibc's rule
+    malloc_mmap_threshold_mb: float = 0.0  # CPU: blocks >= this many MiB get their own mapping, freed at once (lower peak RSS, more page faults; rlx.run.allocator); 0 = glibc's rule
 
 
 @dataclass
@@ -336,7 +336,7 @@ def main() -> None:
 
 def _rank0_only(value, other=None):
     """`value` on rank 0 (and in a single process), `other` on the other ranks of a torchrun/SLURM job."""
-    from rlx.distributed import env_rank
+    from rlx.run.distributed import env_rank
 
     return value if env_rank() == 0 else other
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlx.logging import say
+from rlx.run.logging import say
 from rlx.rollout.base import SamplingParams, draw_seeds
 
 PROGRESS_EVERY_S = 10.0  # the least time between two progress lines (a bar, on a TTY, redraws at every chunk)

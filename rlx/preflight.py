@@ -12,13 +12,13 @@ import os
 
 from omegaconf import OmegaConf
 
-from rlx.device import DeviceSpec, resolve
-from rlx import distributed as dist
+from rlx.run.device import DeviceSpec, resolve
+from rlx.run import distributed as dist
 from rlx.algo.config import as_config as algo_config
 from rlx.config import unknown_keys
 from rlx.evaluation import eval_sampling
 from rlx.extrapolation import build_extrapolator
-from rlx.logging import MODES as LOGGER_MODES
+from rlx.run.logging import MODES as LOGGER_MODES
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, check_engine
 from rlx.rollout.schedule import check_rollout_schedule_config

@@ -29,24 +29,24 @@ from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from rlx.algo import Shaping, Update, mismatch_split, zero_variance_groups
-from rlx.device import DeviceSpec, seed_everything
-from rlx import distributed as dist
-from rlx.checkpoint import Checkpointer
-from rlx.completions import completion_rows
+from rlx.run.device import DeviceSpec, seed_everything
+from rlx.run import distributed as dist
+from rlx.run.checkpoint import Checkpointer
+from rlx.run.completions import completion_rows
 from rlx.config import register_configs
 from rlx.evaluation import evaluate
 from rlx.extrapolation import build_extrapolator
 from rlx.limits import check_fits
-from rlx.logging import NullLogger, RunLogger, say, write_text_atomic
+from rlx.run.logging import NullLogger, RunLogger, say, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
-from rlx.resume import resume, save
+from rlx.run.resume import resume, save
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.schedule import build_schedule
-from rlx.runs import read_metrics
+from rlx.run.records import read_metrics
 from rlx.tasks import build_task
-from rlx.threads import ThreadGovernor
+from rlx.run.threads import ThreadGovernor
 
 register_configs()
 
@@ -86,7 +86,7 @@ class Parts:
     compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
     t_run: float = field(default_factory=time.time)
     wall_offset: float = 0.0
-    completions: list | None = None  # the last step's completion-table rows (rlx.completions), if due
+    completions: list | None = None  # the last step's completion-table rows (rlx.run.completions), if due
     ref_policy: torch.nn.Module | None = None  # full fine-tuning with algo.beta > 0: the frozen reference copy
     shaping: Shaping | None = None  # algo's shaping step (overlong rewards, curriculum, refill / filter)
     update: Update | None = None  # algo's policy update, bound to the algo config at build
@@ -238,7 +238,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer = check(cfg)  # before any process group or model
-    threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.threads)
+    threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.run.threads)
     world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
     try:
         return _run(cfg, run_dir, world, trainer, t_start, threads)

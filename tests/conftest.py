@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlx.runs import read_metrics  # noqa: F401  (the tests read runs through the one reader)
+from rlx.run.records import read_metrics  # noqa: F401  (the tests read runs through the one reader)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from rlx.algo.correction import k3
 from rlx.algo.micro_batches import batch_logprobs, micro_batches
-from rlx.device import autocast
+from rlx.run.device import autocast
 
 PARTS = ("engine", "staleness", "total")
 

@@ -33,8 +33,8 @@ from rlx.algo.correction import correction_weights, mismatch_metrics, resolve
 from rlx.algo.losses import policy_loss
 from rlx.algo.micro_batches import MicroBatch, batch_logprobs, forward_logprobs, micro_batches
 from rlx.algo.shaping import Shaped, mask_truncated
-from rlx.device import autocast
-from rlx.distributed import DataParallel, World
+from rlx.run.device import autocast
+from rlx.run.distributed import DataParallel, World
 
 
 class NonFiniteError(RuntimeError):
@@ -74,7 +74,7 @@ class Update:
     temperature: float  # rollout.temperature: the log-probs are those of the sampling distribution
     max_new_tokens: int  # rollout.max_new_tokens (algo.aggregation=constant's normalizer)
     mask_interrupted: bool  # rollout.interrupt.mask_interrupted: interrupted rows leave the loss
-    trainer: object  # rlx.device.DeviceSpec: device and autocast dtype
+    trainer: object  # rlx.run.device.DeviceSpec: device and autocast dtype
     sched: object  # the LR scheduler of the optimizer passed to each call (stepped once per pass)
     train_noise: object = None
     ref_policy: torch.nn.Module | None = None
@@ -91,7 +91,7 @@ class Update:
     def __call__(self, policy, opt, shaped: Shaped, dp: DataParallel | None, step: int) -> tuple[dict, int]:
         """Train on `shaped.batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
 
-        `dp` (rlx.distributed.DataParallel; None = one process): on N ranks every rank holds the same
+        `dp` (rlx.run.distributed.DataParallel; None = one process): on N ranks every rank holds the same
         global batch, computes the same advantages and token weights, and backpropagates only its share
         of the micro-batches; gradients and statistics are summed across ranks, so the step is the
         single-process one."""

@@ -101,7 +101,7 @@ class Shaping:
     group_size: int  # rollout.group_size
     prompts_per_step: int  # rollout.prompts_per_step
     max_new_tokens: int  # rollout.max_new_tokens (L_max when algo.overlong_max_len = 0)
-    curriculum: PassRateCurriculum | None = None  # the run's (checkpointed by rlx.resume), None when off
+    curriculum: PassRateCurriculum | None = None  # the run's (checkpointed by rlx.run.resume), None when off
 
     @classmethod
     def from_config(cls, cfg) -> Shaping:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from rlx.bench.common import work_dir
-from rlx.runs import read_metrics
+from rlx.run.records import read_metrics
 
 
 def run_once(run_dir: Path, procs: int, threads: int, strategy: str, a) -> dict:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rlx.bench.common import work_dir
-from rlx.runs import read_metrics
+from rlx.run.records import read_metrics
 
 
 def run_once(run_dir: Path, engine: str, mode: str, threads: int, a) -> dict:

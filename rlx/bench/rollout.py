@@ -120,7 +120,7 @@ def make_engine(name: str, policy, tok, path: Path, threads: int, kv_cache_gb: f
     from omegaconf import OmegaConf
 
     from rlx.config import RolloutConfig, TrainerConfig
-    from rlx.device import resolve
+    from rlx.run.device import resolve
     from rlx.rollout import build_engine
 
     cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig),

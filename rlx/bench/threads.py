@@ -7,7 +7,7 @@ but the step-0 one, no checkpoints):
   default   trainer.threads=0: torch's own count (one OpenMP thread per core)
   one       trainer.threads=1
   passive   trainer.threads=0 with OMP_WAIT_POLICY=PASSIVE (set before torch starts its threads)
-  auto      trainer.threads=-1: one thread per core that other processes leave free (rlx.threads)
+  auto      trainer.threads=-1: one thread per core that other processes leave free (rlx.run.threads)
 
 Conditions: `idle` (nothing else started by the bench) and `busy` (one competing process spinning
 on one core for the whole run). Schedule: for each repeat, for each condition, the settings in

@@ -107,7 +107,7 @@ def one_update(cfg, policy, batch, rewards, trainer, setting: str) -> tuple[floa
 
     from dataclasses import replace
 
-    from rlx.device import DTYPES
+    from rlx.run.device import DTYPES
 
     c = OmegaConf.merge(cfg, {"algo": _algo(setting)})
     trainer = replace(trainer, dtype=DTYPES[SETTINGS[setting].get("dtype", "fp32")])

@@ -156,7 +156,7 @@ def worker_rlx(spec: dict, work: Path) -> dict:
     phase and the prompts each step trained on."""
     import rlx.algo
     import rlx.train
-    from rlx.runs import read_metrics
+    from rlx.run.records import read_metrics
 
     cfg = compose_rlx(spec["overrides"] + spec["rlx_extra"])
     run_dir = work / "rlx_run"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlx.eval.metrics import parse_ks
 from rlx.eval.source import Source, load_config, resolve, split_args
-from rlx.logging import say
+from rlx.run.logging import say
 
 EPILOG = """examples:
   rlx-eval outputs/runs/2026-12-01_10-00-00                   # the run's newest intact checkpoint
@@ -50,8 +50,8 @@ def out_dir(src: Source, given: str | None) -> Path:
 
 def build(cfg, src: Source, trainer):
     """(task, policy, engine) as rlx.train.build makes them, the policy holding the checkpoint's weights."""
-    from rlx.checkpoint import Checkpointer
-    from rlx.device import seed_everything
+    from rlx.run.checkpoint import Checkpointer
+    from rlx.run.device import seed_everything
     from rlx.models import base_dir, build_policy
     from rlx.rollout import build_engine, max_sequence_len
     from rlx.tasks import build_task
@@ -87,7 +87,7 @@ def prepare(argv: list[str] | None = None):
     eval_sampling(cfg.rollout)
     trainer = check(cfg)  # trainer.threads=N: N torch threads
     if cfg.trainer.threads == -1:  # one per free core, as rlx.train.run does; evaluation keeps the first count
-        from rlx.threads import ThreadGovernor
+        from rlx.run.threads import ThreadGovernor
 
         ThreadGovernor.started()
     return args, src, cfg, ks, trainer

@@ -72,7 +72,7 @@ def _row(name, i, kind, sample, e, text, reward, passed) -> dict:
 
 def write(out_dir: Path, report: dict, results: list) -> dict[str, Path]:
     """results.json, results.md and completions.jsonl in `out_dir` (replacing an earlier evaluation's)."""
-    from rlx.logging import write_text_atomic
+    from rlx.run.logging import write_text_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "results.json", "md": out_dir / "results.md", "jsonl": out_dir / "completions.jsonl"}

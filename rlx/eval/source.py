@@ -43,7 +43,7 @@ def split_args(args: list[str]) -> tuple[str | None, list[str]]:
 
 def newest_intact(ckpt_root: Path) -> tuple[Path, int]:
     """The newest checkpoint under `ckpt_root` whose files match its manifest, and its step."""
-    from rlx.checkpoint import Checkpointer, CorruptCheckpointError, verify
+    from rlx.run.checkpoint import Checkpointer, CorruptCheckpointError, verify
 
     ck = Checkpointer(ckpt_root)
     if not ck.steps():
@@ -61,7 +61,7 @@ def newest_intact(ckpt_root: Path) -> tuple[Path, int]:
 
 def resolve(path: str | None) -> Source:
     """The Source a command-line path names (None: the base); refuses what is not a run or a checkpoint."""
-    from rlx.checkpoint import MANIFEST, STEP_DIR, CorruptCheckpointError, verify
+    from rlx.run.checkpoint import MANIFEST, STEP_DIR, CorruptCheckpointError, verify
 
     if path is None:
         return Source("base")
@@ -132,7 +132,7 @@ def load_config(src: Source, overrides: list[str]) -> DictConfig:
         return base_config(overrides)
     if src.config_file is not None:
         return run_config(src.config_file, overrides)
-    from rlx.checkpoint import read_state
+    from rlx.run.checkpoint import read_state
 
     saved = read_state(src.checkpoint).get("config")
     if not saved:

@@ -14,7 +14,7 @@ e.g. `qerl_arm=lora_nvfp4`, or the swept config keys) and its config, and writes
 The layout is chosen by the sweep's `logger.group` (set by every `sweeps/*.yaml`) or `--layout`.
 Modules: `build` (layouts, the report), one module per paper's tables (`qerl`, `next`, `scalerl`),
 `tables` (shared cells), `sweeps` (layouts, arms through rlx.sweeps.spec, numbers from papers.yaml), `plots`,
-`cli`. Jobs are read by rlx.runs; ScaleRL fits and verdicts come from rlx.scaling.
+`cli`. Jobs are read by rlx.run.records; ScaleRL fits and verdicts come from rlx.scaling.
 """
 
 from rlx.report.build import LAYOUTS, build_report, detect_layout  # noqa: F401

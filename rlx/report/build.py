@@ -14,7 +14,7 @@ from rlx.report.scalerl import (
 )
 from rlx.report.sweeps import Layout, by_arm, papers, sweep_command
 from rlx.report.tables import completions_section, predictive_section, runs_table
-from rlx.runs import Run, read_sweep
+from rlx.run.records import Run, read_sweep
 from rlx.sweeps.points import scaling_config
 
 def smollm2_qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:

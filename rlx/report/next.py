@@ -7,7 +7,7 @@ import statistics
 
 from rlx.report.sweeps import papers
 from rlx.report.tables import base_cell, logged_value, md_table, stat, summary_value
-from rlx.runs import Run
+from rlx.run.records import Run
 
 
 def infer_next(j: Run) -> str:

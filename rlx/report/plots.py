@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.runs import Run
+from rlx.run.records import Run
 
 CURVE_PANELS = [("train/reward/mean", "train reward (mean)"), ("actor/entropy", "policy entropy (rollouts)")]
 EVAL_TITLES = {"val/acc": "held-out accuracy (greedy)", "val/mean_at_k": "held-out pass rate (mean@k)"}

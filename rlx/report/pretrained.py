@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from rlx.report.tables import base_cell, md_table, paired_cell, stat, summary_value
-from rlx.runs import Run
+from rlx.run.records import Run
 
 
 def infer_engine(j: Run) -> str:

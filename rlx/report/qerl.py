@@ -10,7 +10,7 @@ from rlx.report.sweeps import papers
 from rlx.report.tables import (
     base_cell, first_tenth_mean, mean_metric, md_table, paired_cell, pct, stat, summary_value,
 )
-from rlx.runs import Run
+from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
 
 FORMATS = ("none", "nf4", "mxfp4", "nvfp4")

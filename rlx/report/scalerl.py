@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rlx.report.sweeps import papers
 from rlx.report.tables import md_table, stat, summary_value
-from rlx.runs import Run
+from rlx.run.records import Run
 from rlx.scaling.compare import Row, compare_rows, fit_group
 from rlx.scaling.config import ScalingConfig
 from rlx.sweeps.points import scaling_config

@@ -12,7 +12,7 @@ from typing import Callable
 
 import yaml
 
-from rlx.runs import Run
+from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
 
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from rlx.runs import Run, parse_metrics
+from rlx.run.records import Run, parse_metrics
 from rlx.sweeps.decisions import DECISIONS_MD, arm_outcomes, read_decisions
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rlx.device import DeviceSpec, autocast
+from rlx.run.device import DeviceSpec, autocast
 from rlx.models.forward import causal_lm, decoder_forward, position_ids
 from rlx.models.held import held_autocast_weights, held_lm_logits
 from rlx.models.trainable import load_trainable, trainable_state

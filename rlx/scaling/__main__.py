@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.runs import Run, read_sweep
+from rlx.run.records import Run, read_sweep
 from rlx.scaling.compare import compare_dir, write_comparison
 from rlx.scaling.config import COMPUTE_UNITS, ScalingConfig, as_config
 from rlx.scaling.curves import CurveFit

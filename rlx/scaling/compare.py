@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.runs import Run, read_sweep
+from rlx.run.records import Run, read_sweep
 from rlx.scaling.config import ScalingConfig, as_config, fitter_options
 from rlx.scaling.curves import CurveFit
 from rlx.scaling.fitting import fit_points, fit_sigmoid, fitted_points, target_compute

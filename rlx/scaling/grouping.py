@@ -1,7 +1,7 @@
 """Run grouping: a run's evaluations against compute, seeds pooled, runs grouped into recipes; and `fit_run`,
 the training loop's end-of-run fit of one run (writes scaling_fit.{json,png} into it).
 
-Runs are read by rlx.runs; nothing here needs model code.
+Runs are read by rlx.run.records; nothing here needs model code.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.runs import Run, read_run
+from rlx.run.records import Run, read_run
 from rlx.scaling.config import COMPUTE_UNITS, ScalingConfig, as_config
 from rlx.scaling.curves import CurveFit
 from rlx.scaling.fitting import fit_points, target_compute

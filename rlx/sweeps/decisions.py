@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from rlx.runs import parse_metrics
+from rlx.run.records import parse_metrics
 
 DECISIONS_JSONL, DECISIONS_MD = "predictive.jsonl", "predictive.md"
 
@@ -24,7 +24,7 @@ def append_decisions(sweep_dir: str | Path, decisions: list) -> None:
 
 def read_decisions(sweep_dir: str | Path) -> list[dict]:
     """Every decision recorded under SWEEP_DIR (predictive.jsonl), in order; [] when there is none.
-    A last line cut by a kill is dropped; an earlier bad line raises (rlx.runs.parse_metrics)."""
+    A last line cut by a kill is dropped; an earlier bad line raises (rlx.run.records.parse_metrics)."""
     path = Path(sweep_dir) / DECISIONS_JSONL
     if not path.is_file():
         return []

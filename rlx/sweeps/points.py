@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlx.runs import Run, read_sweep
+from rlx.run.records import Run, read_sweep
 from rlx.scaling.config import ScalingConfig, as_config
 from rlx.scaling.grouping import evaluations, pool
 

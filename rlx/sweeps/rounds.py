@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from rlx.logging import write_text_atomic
+from rlx.run.logging import write_text_atomic
 from rlx.sweeps.decisions import DECISIONS_JSONL, DECISIONS_MD, append_decisions, read_decisions
 from rlx.sweeps.driver_log import DriverLog
 from rlx.sweeps.points import arm_points

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from rlx.runs import flatten
+from rlx.run.records import flatten
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS_DIR, CONF_DIR = ROOT / "sweeps", ROOT / "conf"

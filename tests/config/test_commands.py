@@ -12,9 +12,9 @@ import pytest
 from tests.conftest import ROOT
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-# python -m rlx.checkpoint adopt ... runs code under its __main__ guard (no main function to point a
-# console script at; rlx/checkpoint.py belongs to the training side)
-NO_SCRIPT = {"rlx.checkpoint"}
+# python -m rlx.run.checkpoint adopt ... runs code under its __main__ guard (no main function to point a
+# console script at; rlx/run/checkpoint.py belongs to the training side)
+NO_SCRIPT = {"rlx.run.checkpoint"}
 
 
 def _main_modules() -> set[str]:

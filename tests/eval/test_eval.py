@@ -13,7 +13,7 @@ import pytest
 
 from rlx.eval import cli
 from rlx.eval.metrics import default_ks, majority, parse_ks, pass_at_k, set_metrics, vote_key
-from rlx.runs import read_metrics
+from rlx.run.records import read_metrics
 from tests.conftest import ROOT
 
 # the default tiny model (its SFT base solves a few held-out problems: accuracies strictly between 0 and 1)
@@ -180,7 +180,7 @@ def test_rlx_eval_applies_trainer_threads(monkeypatch):
 
     base = [a for a in RUN if not a.startswith("trainer.threads=")]
     before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the governor's ceiling (rlx.threads.share): it can only pick 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the governor's ceiling (rlx.run.threads.share): it can only pick 1
     try:
         torch.set_num_threads(2)
         cli.prepare([*base, "trainer.threads=-1"])  # main left torch at 2 here: -1 was never applied

@@ -84,7 +84,7 @@ def test_in_flight_sync_into_an_own_copy_writes_the_fp32_adapter(tmp_path):
     from omegaconf import OmegaConf
 
     from rlx.config import RolloutConfig, TrainerConfig
-    from rlx.device import resolve
+    from rlx.run.device import resolve
     from rlx.rollout import SamplingParams, build_engine
     from rlx.models.trainable import trainable_state
 

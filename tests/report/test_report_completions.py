@@ -3,7 +3,7 @@
 import json
 
 from rlx.report.tables import completions_section
-from rlx.runs import Run
+from rlx.run.records import Run
 
 
 def _run(root, name, arm, dumps):

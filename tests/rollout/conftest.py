@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlx.config import RolloutConfig, TrainerConfig
-from rlx.device import resolve
+from rlx.run.device import resolve
 
 # test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it
 VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),

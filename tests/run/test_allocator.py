@@ -1,4 +1,4 @@
-"""trainer.malloc_mmap_threshold_mb: glibc's mmap threshold, fixed (rlx.allocator)."""
+"""trainer.malloc_mmap_threshold_mb: glibc's mmap threshold, fixed (rlx.run.allocator)."""
 
 import ctypes
 import subprocess
@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from rlx.allocator import _libc, check_mmap_threshold
+from rlx.run.allocator import _libc, check_mmap_threshold
 
 needs_glibc = pytest.mark.skipif(_libc() is None or not hasattr(ctypes.CDLL(None), "mallinfo2"),
                                  reason="glibc's mallopt / mallinfo2")
@@ -18,7 +18,7 @@ needs_glibc = pytest.mark.skipif(_libc() is None or not hasattr(ctypes.CDLL(None
 PROBE = textwrap.dedent("""
     import ctypes, sys
     import torch
-    from rlx.device import resolve
+    from rlx.run.device import resolve
     from omegaconf import OmegaConf
     from rlx.config import TrainerConfig
 

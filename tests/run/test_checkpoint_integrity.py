@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlx import device as D
-from rlx.checkpoint import CheckpointError, Checkpointer, CorruptCheckpointError, adopt, verify, write_manifest
+from rlx.run import device as D
+from rlx.run.checkpoint import CheckpointError, Checkpointer, CorruptCheckpointError, adopt, verify, write_manifest
 from tests.conftest import compose, read_metrics, run_tiny, strip_timing, TINY
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
@@ -260,8 +260,8 @@ def test_half_written_last_metrics_line_does_not_block_resume(tmp_path, finished
 
 
 def test_invalid_metrics_line_in_the_middle_is_an_error_naming_it(tmp_path):
-    from rlx.logging import RunLogger
-    from rlx.runs import MetricsFileError
+    from rlx.run.logging import RunLogger
+    from rlx.run.records import MetricsFileError
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 0}\n{"step": 1, "a": \n{"step": 2}\n')
@@ -345,9 +345,9 @@ def test_non_finite_newest_checkpoint_resumes_from_the_intact_one(tmp_path, fini
     (b'{"step": 1, "a\xff": 2}', r"line 2 is not valid UTF-8 \(byte 14\)"),  # 0-based; main: a garbage key
 ])
 def test_malformed_middle_metrics_line_is_an_error_naming_file_and_line(tmp_path, bad, why):
-    from rlx.logging import RunLogger
-    from rlx.runs import MetricsFileError
-    from rlx.runs import read_run
+    from rlx.run.logging import RunLogger
+    from rlx.run.records import MetricsFileError
+    from rlx.run.records import read_run
 
     path = tmp_path / "metrics.jsonl"
     body = b'{"step": 0}\n' + bad + b'\n{"step": 2}\n'

@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlx.config import TrainerConfig
-from rlx.device import autocast, resolve
+from rlx.run.device import autocast, resolve
 from tests.conftest import read_metrics, run_tiny
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]

@@ -192,7 +192,7 @@ def test_vllm_per_rank_samples_what_one_vllm_engine_samples(tmp_path):
 
 
 def test_slurm_tasks_become_torch_distributed_ranks():
-    from rlx.distributed import env_from_slurm
+    from rlx.run.distributed import env_from_slurm
 
     slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1",
              "SLURM_JOB_NODELIST": "gpu[03-04]", "SLURM_JOB_ID": "123456"}

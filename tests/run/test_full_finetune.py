@@ -166,7 +166,7 @@ def _bump(model, by: float) -> None:
 def test_full_checkpoint_stores_every_weight_once_and_falls_back_from_a_corrupt_one(tmp_path, plain):
     from safetensors.torch import load_file
 
-    from rlx.checkpoint import MODEL, Checkpointer
+    from rlx.run.checkpoint import MODEL, Checkpointer
 
     ck = Checkpointer(tmp_path / "ckpt")
     ck.save(1, plain, {"step": 1})
@@ -190,7 +190,7 @@ def test_a_checkpoint_of_the_other_kind_or_another_model_is_refused_untouched(tm
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlx.checkpoint import Checkpointer
+    from rlx.run.checkpoint import Checkpointer
 
     full = Checkpointer(tmp_path / "full").save(1, plain, {"step": 1})
     torch.manual_seed(1)
@@ -209,7 +209,7 @@ def test_a_checkpoint_of_the_other_kind_or_another_model_is_refused_untouched(tm
 
 def test_a_non_finite_base_weight_is_never_checkpointed(tmp_path, plain):
     from rlx.algo import NonFiniteError
-    from rlx.checkpoint import Checkpointer
+    from rlx.run.checkpoint import Checkpointer
 
     ck = Checkpointer(tmp_path / "ckpt")
     with torch.no_grad():

@@ -40,7 +40,7 @@ def test_resume_with_a_changed_setting_is_refused_naming_it(tmp_path):
 def test_keys_that_change_no_number_may_change_or_appear_at_resume():
     from omegaconf import OmegaConf
 
-    from rlx.resume import config_changes
+    from rlx.run.resume import config_changes
     from tests.conftest import TINY, compose
 
     cfg = compose(TINY)
@@ -63,7 +63,7 @@ def test_disk_full_during_a_save_says_so_and_keeps_the_previous_checkpoint(tmp_p
 
     import torch
 
-    import rlx.checkpoint as C
+    import rlx.run.checkpoint as C
 
     run_tiny(tmp_path, EASY + ["train.steps=2"])
     real_save = torch.save

@@ -1,9 +1,9 @@
-"""trainer.threads=-1: one torch thread per core the other processes leave free (rlx.threads)."""
+"""trainer.threads=-1: one torch thread per core the other processes leave free (rlx.run.threads)."""
 
 import pytest
 import torch
 
-from rlx.threads import ThreadGovernor
+from rlx.run.threads import ThreadGovernor
 
 
 class Counters:
@@ -66,14 +66,14 @@ def test_threads_below_minus_one_are_refused():
     from omegaconf import OmegaConf
 
     from rlx.config import TrainerConfig
-    from rlx.device import resolve
+    from rlx.run.device import resolve
 
     with pytest.raises(ValueError, match="trainer.threads"):
         resolve(OmegaConf.structured(TrainerConfig(device="cpu", threads=-2)))
 
 
 def test_share_splits_the_cores_among_local_ranks_and_honours_omp(monkeypatch, restore_threads):
-    import rlx.threads as T
+    import rlx.run.threads as T
 
     monkeypatch.setattr(T, "_cores", lambda: 16)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -96,7 +96,7 @@ def test_children_count_as_our_own_work():
     import sys
     import time
 
-    from rlx.threads import _own_s
+    from rlx.run.threads import _own_s
 
     before = _own_s()
     child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rlx.runs import find_runs, read_run
+from rlx.run.records import find_runs, read_run
 from rlx.scaling.grouping import evaluations, group_by_recipe, run_label
 
 STEPS = np.arange(0, 50, 10)  # [5]

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from rlx.runs import read_run
+from rlx.run.records import read_run
 from tests.conftest import ROOT, TINY
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rlx.runs import read_run
+from rlx.run.records import read_run
 from rlx.scaling.curves import sigmoid
 from tests.conftest import CONF, ROOT
 
@@ -115,7 +115,7 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 
 
 def summary(job: Path) -> dict | None:
-    """The job's summary.json (rlx.runs), None when it has none."""
+    """The job's summary.json (rlx.run.records), None when it has none."""
     return read_run(job).summary or None
 
 

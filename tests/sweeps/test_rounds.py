@@ -88,7 +88,7 @@ def test_driver_refuses_keys_it_sets():
 def test_real_two_round_sweep_resumes_each_job_in_its_directory(tmp_path):
     """`python -m rlx.sweeps --predictive` on scalerl_loo at smoke size: 2 arms x 1 seed, 2 rounds (3 then 6 steps)."""
     from rlx.report import build_report
-    from rlx.runs import read_sweep
+    from rlx.run.records import read_sweep
     from rlx.sweeps.cli import main
 
     rc = main(["--predictive", "--rounds", "2", "--first-steps", "3", "--no-report", "scalerl_loo",

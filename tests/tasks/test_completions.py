@@ -4,7 +4,7 @@ import json
 
 from omegaconf import OmegaConf
 
-from rlx.logging import RunLogger
+from rlx.run.logging import RunLogger
 from tests.conftest import run_tiny
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]

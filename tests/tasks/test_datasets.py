@@ -122,7 +122,7 @@ def test_run_on_parquet_and_saved_dataset_with_two_eval_sets_fitted(tmp_path):
         assert r["val/acc"] == pytest.approx((r["val/pq/acc"] + r["val/ds/acc"]) / 2)
     # the end-of-run fit was made on val/ds/acc: a result, or (a 4-step tiny run's curve is mostly noise)
     # the fitter's reason about that curve, never a missing metric
-    from rlx.runs import read_run
+    from rlx.run.records import read_run
     from rlx.scaling import fit_run
     from rlx.scaling.grouping import evaluations
 

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlx import runs as rlx_runs
+from rlx.run import records as rlx_runs
 from rlx.bench.gpu.common import Budget, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _free_cuda, _sync, _tail, build_random_qwen2
 
 # ----------------------------------------------------------------------------------------------
@@ -35,7 +35,7 @@ def _last(rows: list[dict], key: str):
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The run's metrics rows (rlx.runs), [] when it logged nothing or its log is unreadable."""
+    """The run's metrics rows (rlx.run.records), [] when it logged nothing or its log is unreadable."""
     try:
         return rlx_runs.read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
     except ValueError:

@@ -2,16 +2,16 @@
 depends on: weights, optimizer, scheduler, every RNG stream, the task's position, curriculum, NExt
 records, stale-mode versions, compute so far, the config) and what `resume` restores and refuses
 (a config that differs from the recorded one, except bookkeeping keys). Files are written by
-rlx.checkpoint (atomic, verified); under torchrun rank 0 writes and every rank resumes.
+rlx.run.checkpoint (atomic, verified); under torchrun rank 0 writes and every rank resumes.
 """
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from rlx.device import rng_state, set_rng_state
-from rlx import distributed as dist
-from rlx.logging import say as _log
+from rlx.run.device import rng_state, set_rng_state
+from rlx.run import distributed as dist
+from rlx.run.logging import say as _log
 
 
 def resume(p, found: tuple | None) -> None:
@@ -61,7 +61,7 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
     """'key: old -> new' for every setting that differs from the checkpoint's config (bookkeeping keys aside)."""
     if saved is None:  # a checkpoint from before configs were recorded: nothing to compare
         return []
-    from rlx.runs import flatten
+    from rlx.run.records import flatten
 
     old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))

@@ -1,4 +1,4 @@
-"""The weights file of a checkpoint step dir (rlx.checkpoint writes and verifies the rest): the PEFT
+"""The weights file of a checkpoint step dir (rlx.run.checkpoint writes and verifies the rest): the PEFT
 adapter (`adapter/`, PEFT's format) or, with model.finetune=full, every parameter of the policy in
 `model/model.safetensors` beside its `config.json` -- a directory `AutoModelForCausalLM.from_pretrained`
 loads. Tied parameters (SmolLM2's head is its embedding) are stored once, under the name

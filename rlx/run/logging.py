@@ -1,9 +1,9 @@
-"""Run logging: wandb (offline by default) plus `metrics.jsonl` in the run directory (read back by rlx.runs)."""
+"""Run logging: wandb (offline by default) plus `metrics.jsonl` in the run directory (read back by rlx.run.records)."""
 
 from __future__ import annotations
 
 import json
-import logging as std_logging  # the stdlib module (this one is rlx.logging)
+import logging as std_logging  # the stdlib module (this one is rlx.run.logging)
 import math
 import os
 import subprocess
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rlx.runs import parse_metrics
+from rlx.run.records import parse_metrics
 
 MODES = ("offline", "online", "disabled")
 
@@ -135,7 +135,7 @@ class RunLogger:
             self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 
     def log_completions(self, rows: list[dict] | None, step: int) -> None:
-        """A completion table (rlx.completions): appended to completions.jsonl and logged to wandb as
+        """A completion table (rlx.run.completions): appended to completions.jsonl and logged to wandb as
         `completions`. Size-bounded by logger.completions_max_mb: the file keeps the newest dumps (when
         a dump would pass the cap, the oldest are dropped until the file is at most half of it); wandb
         gets tables until their total reaches the cap (then none, said once: its history cannot shrink)."""

@@ -19,12 +19,12 @@ arrays (numpy's RNG state, any task state) are stored as tensors (`encode_state`
 anything else is refused at save time, naming where in the state it sits, so a checkpoint that could not
 be loaded safely is never written. A pickle that would run code is refused at load time.
 
-`Checkpointer.load_latest` (used by `rlx.resume.resume`) tries the checkpoints newest first, logs each
+`Checkpointer.load_latest` (used by `rlx.run.resume.resume`) tries the checkpoints newest first, logs each
 bad one (which file, why) and resumes from the newest intact one; if every checkpoint is bad it raises
 `CheckpointError` listing them all -- it never starts from scratch over existing checkpoints.
 
 Checkpoints without `manifest.json` (written before checksums) are refused: nothing in them can be
-verified. `python -m rlx.checkpoint adopt RUN_DIR/ckpt/step_N` converts one you trust (docs/runs.md).
+verified. `python -m rlx.run.checkpoint adopt RUN_DIR/ckpt/step_N` converts one you trust (docs/runs.md).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlx.checkpoint_weights import MODEL, is_lora, load_full, write_weights
-from rlx.device import rng_state, set_rng_state  # noqa: F401  (RNG of every device, re-exported)
+from rlx.run.checkpoint_weights import MODEL, is_lora, load_full, write_weights
+from rlx.run.device import rng_state, set_rng_state  # noqa: F401  (RNG of every device, re-exported)
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 TMP_PREFIX = ".tmp-step_"
@@ -151,7 +151,7 @@ def verify(path: Path) -> dict:
     if not mf.is_file():
         raise CorruptCheckpointError(
             path, MANIFEST, "is missing: refusing a checkpoint whose files cannot be verified (written by an rlx "
-            f"before checksums, or by an interrupted copy). If you trust it, run `python -m rlx.checkpoint adopt {path}`")
+            f"before checksums, or by an interrupted copy). If you trust it, run `python -m rlx.run.checkpoint adopt {path}`")
     try:
         manifest = json.loads(mf.read_text())
         files = manifest["files"]
@@ -377,6 +377,6 @@ def adopt(path: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "adopt":
-        sys.exit("usage: python -m rlx.checkpoint adopt RUN_DIR/ckpt/step_N [...]")
+        sys.exit("usage: python -m rlx.run.checkpoint adopt RUN_DIR/ckpt/step_N [...]")
     for a in sys.argv[2:]:
         adopt(Path(a))

@@ -45,7 +45,7 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
     if dev == "cuda" and world_size > 1:
         dev = f"cuda:{local_rank}"
-    from rlx.distributed import STRATEGIES
+    from rlx.run.distributed import STRATEGIES
 
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not one of {list(STRATEGIES)}")
@@ -54,11 +54,11 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     if cfg.dtype not in DTYPES:
         raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {sorted(DTYPES)}")
     if cfg.threads < -1:
-        raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.threads), 0 (torch's default) "
+        raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.run.threads), 0 (torch's default) "
                          f"or N >= 1, got {cfg.threads}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    from rlx.allocator import set_mmap_threshold
+    from rlx.run.allocator import set_mmap_threshold
 
     set_mmap_threshold(float(cfg.get("malloc_mmap_threshold_mb", 0.0)))
     return DeviceSpec(torch.device(dev), DTYPES[cfg.dtype], world_size)
