@@ -223,13 +223,22 @@ def val_metrics(results: list[SetResult], named: bool) -> dict:
     return out
 
 
-def evaluate(p, step: int) -> dict:
-    """Greedy accuracy and mean@k on the eval sets, with the current policy, never under AQN noise.
-    `p` is the loop's Parts (cfg, task, schedule, policy, sampling, world)."""
-    cfg = p.cfg
-    g = eval_generator(cfg.seed, step)
-    bar = None if cfg.train.progress else False  # train.progress=false: log lines, never a bar
-    with p.schedule.serving(p.policy, step) as engine:  # the current policy, whatever the schedule samples from
-        results = run_eval(engine, p.task, cfg.rollout, g, p.sampling, label=f"[eval] step {step}",
-                           show=p.world.is_main, bar=bar, by_speed=not p.world.distributed)
-    return val_metrics(results, p.task.named_eval)
+@dataclass
+class Evaluator:
+    """Held-out evaluation as training runs it, bound at build: greedy accuracy and mean@k on the task's
+    eval sets with the current policy, never under AQN noise."""
+
+    task: object
+    rollout: object  # the rollout config node (budget, eval_k, chunking)
+    sampling: object  # the run's SamplingParams (eval_sampling derives validation's from it)
+    seed: int
+    world: object  # this rank: only rank 0 reports progress; N ranks size calls alike
+    progress: bool  # train.progress: a bar, else log lines
+
+    def __call__(self, schedule, policy, step: int) -> dict:
+        g = eval_generator(self.seed, step)
+        bar = None if self.progress else False
+        with schedule.serving(policy, step) as engine:  # the current policy, whatever the schedule samples from
+            results = run_eval(engine, self.task, self.rollout, g, self.sampling, label=f"[eval] step {step}",
+                               show=self.world.is_main, bar=bar, by_speed=not self.world.distributed)
+        return val_metrics(results, self.task.named_eval)

@@ -34,14 +34,14 @@ from rlx.run import distributed as dist
 from rlx.run.checkpoint import Checkpointer
 from rlx.run.completions import completion_rows
 from rlx.config import register_configs
-from rlx.evaluation import evaluate
+from rlx.evaluation import Evaluator
 from rlx.extrapolation import build_extrapolator
 from rlx.limits import check_fits
-from rlx.run.logging import NullLogger, RunLogger, say, write_text_atomic
+from rlx.run.logging import NullLogger, RunLogger, say, write_summary, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
-from rlx.run.resume import resume, save
+from rlx.run.resume import Resumable, RunState
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.schedule import build_schedule
 from rlx.run.records import read_metrics
@@ -78,23 +78,17 @@ class Parts:
     gen: torch.Generator  # the rollout sampling stream
     sampling: SamplingParams
     n_params: int
-    ckpt: Checkpointer
     world: dist.World = field(default_factory=dist.World)  # this rank of the torchrun job (one process: rank 0 of 1)
     dp: dist.DataParallel | None = None  # how this rank's update meets the others'
-    start_step: int = 0
-    run_id: str | None = None
-    compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
-    t_run: float = field(default_factory=time.time)
-    wall_offset: float = 0.0
-    completions: list | None = None  # the last step's completion-table rows (rlx.run.completions), if due
     ref_policy: torch.nn.Module | None = None  # full fine-tuning with algo.beta > 0: the frozen reference copy
     shaping: Shaping | None = None  # algo's shaping step (overlong rewards, curriculum, refill / filter)
     update: Update | None = None  # algo's policy update, bound to the algo config at build
+    evaluate: Evaluator | None = None  # held-out evaluation, bound to the task and the validation sampling
+    checkpoint: Resumable | None = None  # what a checkpoint stores and a resume restores
+    state: RunState = field(default_factory=RunState)  # step resumed after, run id, compute so far
 
     def compute_now(self) -> dict:
-        """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
-        self.compute["gpu_hours"] = self.trainer.num_devices * (self.wall_offset + time.time() - self.t_run) / 3600.0
-        return {f"perf/compute/{k}": v for k, v in self.compute.items()}
+        return self.state.compute_now(self.trainer.num_devices)
 
 
 def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSpec | None = None) -> Parts:
@@ -125,10 +119,12 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     sched = torch.optim.lr_scheduler.LambdaLR(opt, functools.partial(_warmup, warm=warm))
     shaping = Shaping.from_config(cfg)
     noise = build_noise(cfg.noise, cfg.train.steps, cfg.seed)
+    sampling = SamplingParams.from_config(cfg.rollout)
     p = Parts(cfg, Path(run_dir), trainer, task, policy, tok, None, None, opt, sched,
               noise=noise, extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps), curriculum=shaping.curriculum,
-              gen=torch.Generator().manual_seed(cfg.seed), sampling=SamplingParams.from_config(cfg.rollout),
-              n_params=count_params(policy), ckpt=ckpt, world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
+              gen=torch.Generator().manual_seed(cfg.seed), sampling=sampling, n_params=count_params(policy),
+              world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
+              evaluate=Evaluator(task, cfg.rollout, sampling, cfg.seed, world, cfg.train.progress),
               update=Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
                                           else None, ref_policy=ref_policy, algo=shaping.algo))
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
@@ -140,8 +136,10 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
         p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
     p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise,
                                 keep_versions=cfg.algo.mismatch_split_every > 0)
-    resume(p, found)
-    p.engine.sync(policy, p.start_step)  # the engine samples from the (resumed) policy
+    p.checkpoint = Resumable(cfg, Path(run_dir), ckpt, world, dp, trainer.num_devices, policy, opt, sched, p.gen,
+                             task, p.curriculum, p.extrap, p.schedule)
+    p.checkpoint.restore(found, p.state)
+    p.engine.sync(policy, p.state.start_step)  # the engine samples from the (resumed) policy
     return p
 
 
@@ -149,32 +147,32 @@ def _warmup(s: int, warm: int) -> float:
     return min(1.0, (s + 1) / warm)
 
 
-def score(p: Parts, examples, batch):
+def score(task, examples, batch):
     """Rewards of a rollout batch: per reward function, weighted total, pass flags."""
-    per_fn = p.task.score([examples[i] for i in batch.group.tolist()], batch.texts)
-    rewards = torch.tensor(p.task.total_reward(per_fn), dtype=torch.float32)  # [N]
-    passed = torch.tensor(p.task.passed(per_fn), dtype=torch.float32)  # [N]
+    per_fn = task.score([examples[i] for i in batch.group.tolist()], batch.texts)
+    rewards = torch.tensor(task.total_reward(per_fn), dtype=torch.float32)  # [N]
+    passed = torch.tensor(task.passed(per_fn), dtype=torch.float32)  # [N]
     return per_fn, rewards, passed
 
 
-def generate(p: Parts, n: int, step: int, metrics: dict | None = None):
-    skip = p.curriculum.is_retired if p.curriculum is not None else None
-    return p.schedule.generate(p.policy, n, step, skip=skip, metrics=metrics)
+def generate(schedule, policy, curriculum, n: int, step: int, metrics: dict | None = None):
+    """n prompts' groups from the rollout schedule, skipping prompts ScaleRL's curriculum retired."""
+    skip = curriculum.is_retired if curriculum is not None else None
+    return schedule.generate(policy, n, step, skip=skip, metrics=metrics)
 
 
-def refill(p: Parts, step: int, n: int):
+def refill(schedule, policy, curriculum, task, shaping, step: int, n: int):
     """Dynamic sampling's source of fresh groups: generate and score n more prompts (overlong-shaped)."""
-    examples, batch = generate(p, n, step)
-    return batch, p.shaping.rewards(batch, score(p, examples, batch)[1])
+    examples, batch = generate(schedule, policy, curriculum, n, step)
+    return batch, shaping.rewards(batch, score(task, examples, batch)[1])
 
 
-def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, step: int) -> dict:
-    G = p.cfg.rollout.group_size
+def rollout_metrics(task, batch, rewards, per_fn, passed, step: int, G: int) -> dict:
     zero_var = zero_variance_groups(rewards, batch.group)  # [N] bool
     m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
          "train/reward/mean": rewards.mean().item(),
          "train/reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-         **p.task.reward_metrics(per_fn),
+         **task.reward_metrics(per_fn),
          "train/pass_rate": passed.mean().item(),
          "response_length/mean": batch.lengths.float().mean().item(),
          "response_length/clip_ratio": batch.truncated.float().mean().item()}
@@ -188,21 +186,25 @@ def rollout_metrics(p: Parts, batch, rewards, per_fn, passed, step: int) -> dict
     return m
 
 
-def rl_step(p: Parts, step: int) -> dict:
-    """One RL step: generate -> score -> shape -> update -> sync -> observe. Returns its metrics."""
+def rl_step(p: Parts, step: int) -> tuple[dict, list | None]:
+    """One RL step: generate -> score -> shape -> update -> sync -> observe. The loop body, so it takes the
+    run's parts; each function it calls takes only what it uses. Returns the step's metrics and its
+    completion-table rows (rlx.run.completions; None unless due)."""
     cfg, m = p.cfg, {}
     t_gen = time.time()
-    examples, batch = generate(p, cfg.rollout.prompts_per_step, step, m)  # AQN: noisy sampling policy only
-    per_fn, rewards, passed = score(p, examples, batch)
+    # AQN: the noise is in the sampling policy only
+    examples, batch = generate(p.schedule, p.policy, p.curriculum, cfg.rollout.prompts_per_step, step, m)
+    per_fn, rewards, passed = score(p.task, examples, batch)
     rewards = p.shaping.rewards(batch, rewards)  # DAPO overlong punishment, before any metric reads them
-    m.update(rollout_metrics(p, batch, rewards, per_fn, passed, step))
-    p.completions = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
+    m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, cfg.rollout.group_size))
+    rows = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
-    if step == p.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
+    if step == p.state.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
         _log(f"[warn] {100 * m['response_length/clip_ratio']:.0f}% of the completions hit rollout.max_new_tokens="
              f"{cfg.rollout.max_new_tokens} without eos: the budget is probably too small for this task")
     # ScaleRL's curriculum records the pass rates, then dynamic sampling refills / the filter drops groups
-    shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(refill, p, step))
+    shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(
+        refill, p.schedule, p.policy, p.curriculum, p.task, p.shaping, step))
     m.update(shaped.metrics)
     # compute counts every generated token, also those of async groups dropped as too stale
     gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
@@ -226,11 +228,12 @@ def rl_step(p: Parts, step: int) -> dict:
     t_sync = time.time()
     p.schedule.push(p.policy, step)  # after the update and any jump: version `step` goes to the generator
     m["timing_s/sync"] = time.time() - t_sync
-    p.compute["steps"] += 1
-    p.compute["tokens"] += gen_tokens
-    p.compute["flops"] += 2.0 * p.n_params * gen_tokens + 6.0 * p.n_params * trained_tokens
+    compute = p.state.compute
+    compute["steps"] += 1
+    compute["tokens"] += gen_tokens
+    compute["flops"] += 2.0 * p.n_params * gen_tokens + 6.0 * p.n_params * trained_tokens
     m["perf/tokens_per_s"] = gen_tokens / max(m["timing_s/gen"], 1e-9)
-    return m
+    return m, rows
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -250,28 +253,29 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
          threads: ThreadGovernor | None = None) -> dict:
     p = build(cfg, run_dir, world, trainer)
     if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json
-        logger = RunLogger(cfg, run_dir, p.run_id, p.start_step if p.start_step > 0 else None,
+        logger = RunLogger(cfg, run_dir, p.state.run_id, p.state.start_step if p.state.start_step > 0 else None,
                            code_dir=HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None)
     else:
-        logger = NullLogger(p.run_id)
+        logger = NullLogger(p.state.run_id)
     summary: dict = {"status": "running", "git_sha": logger.sha, "wandb_run_id": logger.run_id}
     progress, exit_code = None, 1
     try:
         summary["val/acc_base"] = last_acc = _base_accuracy(p, logger, run_dir, world)
         if cfg.train.progress and world.is_main:
             from tqdm import tqdm
-            progress = tqdm(total=cfg.train.steps, initial=p.start_step, desc="rl", dynamic_ncols=True)
-        for step in range(p.start_step + 1, cfg.train.steps + 1):
+            progress = tqdm(total=cfg.train.steps, initial=p.state.start_step, desc="rl", dynamic_ncols=True)
+        for step in range(p.state.start_step + 1, cfg.train.steps + 1):
             if step == cfg.train.fail_at_step and cfg.train.fail_rank in (-1, world.rank):
                 raise RuntimeError(f"train.fail_at_step={step}: forced failure on rank {world.rank} (testing aid)")
-            m = _step(p, step, threads)
+            m, rows = _step(p, step, threads)
             logger.log(m, step=step)
-            logger.log_completions(p.completions, step)
+            logger.log_completions(rows, step)
             last_acc = m.get("val/acc", last_acc)
             _show(cfg, step, m, last_acc, progress)
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
-                save(p, step, logger.run_id)
-        summary.update(finish_summary(p, run_dir) if world.is_main else {"status": "finished", "val/acc": last_acc})
+                p.state.run_id = logger.run_id
+                p.checkpoint.save(step, p.state)
+        summary.update(finish_summary(run_dir, cfg, p.compute_now()) if world.is_main else {"status": "finished", "val/acc": last_acc})
         exit_code = 0
     except BaseException as e:
         summary.update({"status": "failed", "error": f"{type(e).__name__}: {e}"})
@@ -282,7 +286,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
     finally:
         if progress is not None:
             progress.close()
-        _close(p, world, run_dir, logger, summary, t_start, exit_code)
+        _close(p.schedule, p.engine, world, run_dir, logger, summary, t_start, exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
          f"({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {run_dir}")
     return summary
@@ -290,9 +294,9 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
 
 def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
     """The step-0 evaluation (run now on a fresh run, read back from metrics.jsonl on a resumed one)."""
-    if p.start_step == 0:
+    if p.state.start_step == 0:
         t0 = time.time()
-        ev = evaluate(p, 0)
+        ev = p.evaluate(p.schedule, p.policy, 0)
         logger.log({**ev, **p.compute_now(), "timing_s/eval": time.time() - t0}, step=0)
         _log(f"[eval] step 0 (SFT base): val/acc {ev['val/acc']:.3f}")
         if p.extrap is not None:
@@ -301,24 +305,24 @@ def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
         next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan")) if world.is_main else None)
 
 
-def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> dict:
-    """One RL step and, when due, an evaluation: the step's metrics with their timings."""
+def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> tuple[dict, list | None]:
+    """One RL step and, when due, an evaluation: the step's metrics with their timings, and its completion rows."""
     cfg = p.cfg
     t_step = time.time()
     n_threads = threads.tick() if threads is not None else None  # other jobs may have started or ended
-    m = rl_step(p, step)
+    m, rows = rl_step(p, step)
     if n_threads is not None:
         m["perf/threads"] = n_threads
     if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
         t0 = time.time()
-        m.update(evaluate(p, step))
+        m.update(p.evaluate(p.schedule, p.policy, step))
         m["timing_s/eval"] = time.time() - t0
         m.update(p.compute_now())
         _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}"
              + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
              + f" ({m['timing_s/eval']:.1f}s)")
     m["timing_s/step"] = time.time() - t_step
-    return m
+    return m, rows
 
 
 def _show(cfg: DictConfig, step: int, m: dict, last_acc: float, progress) -> None:  # the bar, or a line
@@ -329,10 +333,11 @@ def _show(cfg: DictConfig, step: int, m: dict, last_acc: float, progress) -> Non
         _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f} ({m['timing_s/step']:.2f}s/step)")
 
 
-def _close(p: Parts, world: dist.World, run_dir: Path, logger, summary: dict, t_start: float, exit_code: int) -> None:
+def _close(schedule, engine, world: dist.World, run_dir: Path, logger, summary: dict, t_start: float,
+           exit_code: int) -> None:
     """Stop the engines, then write the summary (rank 0) and close the logger, whether the run ended or failed."""
-    p.schedule.close()
-    p.engine.close()
+    schedule.close()
+    engine.close()
     summary["wall_s"] = time.time() - t_start
     if world.distributed:
         summary["world_size"] = world.size
@@ -342,27 +347,16 @@ def _close(p: Parts, world: dist.World, run_dir: Path, logger, summary: dict, t_
     logger.finish(exit_code)
 
 
-def write_summary(run_dir: Path, summary: dict, failing: bool) -> None:
-    """summary.json; when the run is already failing (e.g. a full disk during a checkpoint), a summary that
-    cannot be written is said and the run's own error stays the one raised (the last the user sees)."""
-    try:
-        write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
-    except OSError as e:
-        if not failing:
-            raise
-        _log(f"[run] summary.json could not be written either ({type(e).__name__}: {e}); the error below is "
-             f"what stopped the run")
-
-
-def finish_summary(p: Parts, run_dir: Path) -> dict:
+def finish_summary(run_dir: Path, cfg, compute: dict) -> dict:
+    """summary.json of a finished run: the last evaluation, the compute spent, and the scaling fit if asked."""
     last_eval = [r for r in read_metrics(run_dir) if "val/acc" in r][-1]
     out = {"status": "finished", "val/acc": last_eval["val/acc"], "val/mean_at_k": last_eval.get("val/mean_at_k"),
-           "steps": p.cfg.train.steps, **p.compute_now()}
-    if p.cfg.scaling.fit != "none":
+           "steps": cfg.train.steps, **compute}
+    if cfg.scaling.fit != "none":
         from rlx.scaling import fit_run
 
         try:
-            out.update(fit_run(run_dir, p.cfg.scaling))
+            out.update(fit_run(run_dir, cfg.scaling))
         except ValueError as e:  # a fit that cannot be made is reported, not hidden
             out["scaling/error"] = str(e)
             _log(f"[scaling] no fit: {e}")

@@ -19,7 +19,7 @@ arrays (numpy's RNG state, any task state) are stored as tensors (`encode_state`
 anything else is refused at save time, naming where in the state it sits, so a checkpoint that could not
 be loaded safely is never written. A pickle that would run code is refused at load time.
 
-`Checkpointer.load_latest` (used by `rlx.run.resume.resume`) tries the checkpoints newest first, logs each
+`Checkpointer.load_latest` (used by `rlx.run.resume.Resumable.restore`) tries the checkpoints newest first, logs each
 bad one (which file, why) and resumes from the newest intact one; if every checkpoint is bad it raises
 `CheckpointError` listing them all -- it never starts from scratch over existing checkpoints.
 

@@ -48,6 +48,18 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_summary(run_dir: Path, summary: dict, failing: bool) -> None:
+    """summary.json; when the run is already failing (e.g. a full disk during a checkpoint), a summary that
+    cannot be written is said and the run's own error stays the one raised (the last the user sees)."""
+    try:
+        write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
+    except OSError as e:
+        if not failing:
+            raise
+        say(f"[run] summary.json could not be written either ({type(e).__name__}: {e}); the error below is "
+            f"what stopped the run")
+
+
 def _jsonable(v):
     if hasattr(v, "item"):
         v = v.item()

@@ -7,43 +7,112 @@ rlx.run.checkpoint (atomic, verified); under torchrun rank 0 writes and every ra
 
 from __future__ import annotations
 
-from omegaconf import OmegaConf
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlx.run.checkpoint import Checkpointer
 from rlx.run.device import rng_state, set_rng_state
 from rlx.run import distributed as dist
 from rlx.run.logging import say as _log
 
 
-def resume(p, found: tuple | None) -> None:
-    """Restore a run from `found` = (path, state) of Checkpointer.load_latest (the adapter is already in the
-    policy; a corrupt checkpoint was logged and skipped, all corrupt: CheckpointError)."""
-    if found is None:
+@dataclass
+class RunState:
+    """What the run has done so far, beside its components: the step it resumed after, its wandb run id
+    and the compute spent (perf/compute/*; wall time of earlier sessions in `wall_offset`)."""
+
+    start_step: int = 0
+    run_id: str | None = None
+    compute: dict = field(default_factory=lambda: {"flops": 0.0, "tokens": 0.0, "steps": 0.0, "gpu_hours": 0.0})
+    t_run: float = field(default_factory=time.time)
+    wall_offset: float = 0.0
+
+    def compute_now(self, num_devices: int) -> dict:
+        """perf/compute/*: flops, tokens, steps, and gpu_hours = devices x wall hours (resumes included)."""
+        self.compute["gpu_hours"] = num_devices * (self.wall_offset + time.time() - self.t_run) / 3600.0
+        return {f"perf/compute/{k}": v for k, v in self.compute.items()}
+
+
+@dataclass
+class Resumable:
+    """The components whose state a checkpoint holds, bound once they are built: `save` stores them,
+    `restore` puts a checkpoint back into them (the policy's weights are already loaded by then)."""
+
+    cfg: DictConfig
+    run_dir: Path
+    ckpt: Checkpointer
+    world: dist.World
+    dp: dist.DataParallel
+    num_devices: int
+    policy: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: object  # the LR schedule
+    gen: torch.Generator  # the rollout sampling stream
+    task: object
+    curriculum: object
+    extrap: object
+    schedule: object  # the rollout schedule (stale mode keeps policy versions)
+
+    def restore(self, found: tuple | None, state: RunState) -> None:
+        """Restore a run from `found` = (path, state) of Checkpointer.load_latest (a corrupt checkpoint was
+        logged and skipped, all corrupt: CheckpointError)."""
+        if found is None:
+            return
+        latest, st = found
+        self.dp.load_optimizer_state(self.policy, self.opt, st["optimizer"])
+        self.sched.load_state_dict(st["scheduler"])
+        set_rng_state(st["rng"])
+        self.gen.set_state(st["rollout_rng"])
+        self.task.load_state_dict(st["task"])
+        if self.curriculum is not None:
+            self.curriculum.load_state_dict(st["curriculum"])
+        if self.extrap is not None:
+            self.extrap.load_state_dict(st["extrapolator"])
+        if st.get("schedule"):  # stale mode: the last k + 1 policy versions (async: the queue is not kept)
+            self.schedule.load_state_dict(st["schedule"])
+        refuse_changes(latest, st.get("config"), self.cfg, self.run_dir, self.world)
+        state.start_step, state.run_id, state.compute = st["step"], st["wandb_run_id"], st["compute"]
+        state.wall_offset = state.compute["gpu_hours"] * 3600.0 / self.num_devices
+        _log(f"[resume] from {latest} (step {state.start_step})")
+
+    def save(self, step: int, state: RunState) -> None:
+        """Checkpoint step `step`: rank 0 writes, every rank takes part."""
+        state.compute_now(self.num_devices)  # bring the wall-time compute up to date before it is stored
+        weights = self.dp.gathered_trainable(self.policy)  # fsdp: whole tensors
+        optimizer = self.dp.optimizer_state(self.policy, self.opt)
+        dist.check_agreement(self.world, self.dp.checksum(self.policy, weights), f"the trainable weights at step {step}")
+        if not self.world.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
+            self.world.barrier()
+            return
+        with self.schedule.paused():  # async: no generation touches the task or the RNG streams while they are read
+            self.ckpt.save(step, self.policy, {
+                "step": step, "optimizer": optimizer, "scheduler": self.sched.state_dict(), "rng": rng_state(),
+                "rollout_rng": self.gen.get_state(), "task": self.task.state_dict(), "wandb_run_id": state.run_id,
+                "curriculum": self.curriculum.state_dict() if self.curriculum is not None else None,
+                "extrapolator": self.extrap.state_dict() if self.extrap is not None else None,
+                "compute": dict(state.compute), "schedule": self.schedule.state_dict(),
+                "config": OmegaConf.to_container(self.cfg, resolve=True),  # what resume compares against
+            }, log=_log, weights=weights)
+        self.world.barrier()
+
+
+def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: dist.World) -> None:
+    """A resume under settings other than the checkpoint's is refused, naming each change."""
+    changed = config_changes(saved, cfg)
+    if not changed:
         return
-    latest, st = found
-    p.dp.load_optimizer_state(p.policy, p.opt, st["optimizer"])
-    p.sched.load_state_dict(st["scheduler"])
-    set_rng_state(st["rng"])
-    p.gen.set_state(st["rollout_rng"])
-    p.task.load_state_dict(st["task"])
-    if p.curriculum is not None:
-        p.curriculum.load_state_dict(st["curriculum"])
-    if p.extrap is not None:
-        p.extrap.load_state_dict(st["extrapolator"])
-    if st.get("schedule"):  # stale mode: the last k + 1 policy versions (async: the queue is not kept)
-        p.schedule.load_state_dict(st["schedule"])
-    changed = config_changes(st.get("config"), p.cfg)
-    if changed:
-        hydra_cfg = p.run_dir / ".hydra" / "config.yaml"
-        if hydra_cfg.is_file() and p.world.is_main:  # Hydra already wrote the refused settings there: put back what ran
-            hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(st["config"])))
-        raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
-                         f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
-                         f"config does not show: run with the original values, or start a new run "
-                         f"(another hydra.run.dir). Only bookkeeping keys may change on resume "
-                         f"(train.steps, evaluation/checkpoint/log intervals, logger, threads, rollout.eval_chunk)")
-    p.start_step, p.run_id, p.compute = st["step"], st["wandb_run_id"], st["compute"]
-    p.wall_offset = p.compute["gpu_hours"] * 3600.0 / p.trainer.num_devices
-    _log(f"[resume] from {latest} (step {p.start_step})")
+    hydra_cfg = run_dir / ".hydra" / "config.yaml"
+    if hydra_cfg.is_file() and world.is_main:  # Hydra already wrote the refused settings there: put back what ran
+        hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
+    raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
+                     f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
+                     f"config does not show: run with the original values, or start a new run "
+                     f"(another hydra.run.dir). Only bookkeeping keys may change on resume "
+                     f"(train.steps, evaluation/checkpoint/log intervals, logger, threads, rollout.eval_chunk)")
 
 
 # keys a resumed run may change (bookkeeping, budget, where it runs); anything else is refused
@@ -67,23 +136,3 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
             if old.get(k) != new.get(k) and not any(k == c.rstrip(".") or k.startswith(c) for c in RESUMABLE_CHANGES)]
-
-
-def save(p, step: int, run_id: str | None) -> None:
-    """Checkpoint step `step` of the run `p` (rlx.train.Parts): rank 0 writes, every rank takes part."""
-    p.compute_now()  # bring the wall-time compute up to date before it is stored
-    weights, optimizer = p.dp.gathered_trainable(p.policy), p.dp.optimizer_state(p.policy, p.opt)  # fsdp: whole tensors
-    dist.check_agreement(p.world, p.dp.checksum(p.policy, weights), f"the trainable weights at step {step}")
-    if not p.world.is_main:  # rank 0 writes; the others wait until the checkpoint is complete
-        p.world.barrier()
-        return
-    with p.schedule.paused():  # async: no generation touches the task or the RNG streams while they are read
-        p.ckpt.save(step, p.policy, {
-            "step": step, "optimizer": optimizer, "scheduler": p.sched.state_dict(), "rng": rng_state(),
-            "rollout_rng": p.gen.get_state(), "task": p.task.state_dict(), "wandb_run_id": run_id,
-            "curriculum": p.curriculum.state_dict() if p.curriculum is not None else None,
-            "extrapolator": p.extrap.state_dict() if p.extrap is not None else None, "compute": dict(p.compute),
-            "schedule": p.schedule.state_dict(),
-            "config": OmegaConf.to_container(p.cfg, resolve=True),  # what resume compares against
-        }, log=_log, weights=weights)
-    p.world.barrier()

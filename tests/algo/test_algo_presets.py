@@ -89,7 +89,7 @@ def train(tmp_path_factory):
         if overrides not in done:
             p = build(compose(TINY + EASY + list(overrides)), tmp_path_factory.mktemp("run"))
             try:
-                done[overrides] = [rl_step(p, step) for step in range(1, STEPS + 1)]
+                done[overrides] = [rl_step(p, step)[0] for step in range(1, STEPS + 1)]
             finally:
                 p.engine.close()
         return done[overrides]

@@ -40,8 +40,8 @@ def test_full_finetune_trains_every_base_weight_and_raises_the_objective(tmp_pat
         assert sum(len(g["params"]) for g in p.opt.param_groups) == len(names)  # AdamW over every parameter
         assert p.ref_policy is None  # algo.beta = 0: no reference copy
         before = _weights(p.policy)
-        examples, batch = generate(p, p.cfg.rollout.prompts_per_step, 1)
-        rewards = score(p, examples, batch)[1]
+        examples, batch = generate(p.schedule, p.policy, p.curriculum, p.cfg.rollout.prompts_per_step, 1)
+        rewards = score(p.task, examples, batch)[1]
         assert 0 < rewards.sum() < len(rewards)  # some groups have non-zero advantages
         adv = A.compute_advantages(rewards, torch.unique(batch.group, return_inverse=True)[1], p.cfg.algo)  # [N]
 
@@ -115,7 +115,7 @@ def test_beta_keeps_a_frozen_reference_copy_whose_logprobs_do_not_move(tmp_path)
         # are aligned differently from the loaded ones, so the vectorised kernels round differently)
         assert all(torch.equal(a, b) for a, b in zip(ref.parameters(), p.policy.parameters()))
         assert torch.allclose(ref0, pol0, rtol=0, atol=1e-5)
-        m = rl_step(p, 1)
+        m, _ = rl_step(p, 1)
         assert m["actor/kl"] == 0.0  # policy == reference during the first update pass: k3 of equal log-probs
         assert torch.equal(logp(ref), ref0) and not torch.equal(logp(p.policy), pol0)
     finally:
@@ -280,7 +280,7 @@ def test_smollm2_trains_every_weight_with_full_finetuning(tmp_path):
         names = [n for n, _ in p.policy.named_parameters()]
         assert not has_lora(p.policy) and "lm_head.weight" not in names  # tied to the embedding: one tensor
         before = _weights(p.policy)
-        examples, batch = generate(p, 2, 1)
+        examples, batch = generate(p.schedule, p.policy, p.curriculum, 2, 1)
         rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])  # [N] one better completion per group: every advantage is +-1
         p.update(p.policy, p.opt, A.Shaped(batch, rewards), p.dp, 1)
         moved = [n for n, q in p.policy.named_parameters() if not torch.equal(q.detach(), before[n])]
