@@ -33,6 +33,20 @@ def test_scalerl_preset_is_the_paper_recipe():
     assert not a.dynamic_sampling and a.beta == 0
 
 
+def test_scalerl_experiment_adds_the_generation_side_and_the_algo_preset_sets_only_algo():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    preset = OmegaConf.load(Path(__file__).parents[2] / "conf" / "algo" / "scalerl.yaml")
+    assert "rollout" not in preset and preset.name == "scalerl"  # conf/algo/*.yaml sets only algo.*
+    whole, loss_side = compose(["experiment=scalerl"]), compose(["algo=scalerl"])
+    assert whole.algo == loss_side.algo
+    r = whole.rollout  # PipelineRL-8 with forced length interruption
+    assert (r.mode, r.max_staleness, r.interrupt.enabled) == ("async", 8, True)
+    assert loss_side.rollout == compose([]).rollout  # the loss side alone leaves generation as it was
+
+
 def test_kl_to_reference_runs_with_disabled_adapters(tmp_path):
     """beta > 0: the reference is the same model with adapters disabled; actor/kl is logged."""
     run_tiny(tmp_path, EASY + ["algo.beta=0.05", "algo.mu=2"])
