@@ -23,8 +23,8 @@ be loaded safely is never written. A pickle that would run code is refused at lo
 bad one (which file, why) and resumes from the newest intact one; if every checkpoint is bad it raises
 `CheckpointError` listing them all -- it never starts from scratch over existing checkpoints.
 
-Checkpoints without `manifest.json` (written before checksums) are refused: nothing in them can be
-verified. `python -m rlx.run.checkpoint adopt RUN_DIR/ckpt/step_N` converts one you trust (docs/runs.md).
+Checkpoints without `manifest.json` (written before checksums, or half copied) are refused: nothing in
+them can be verified, and nothing converts them (docs/runs.md).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import os
 import pickle
 import re
 import shutil
-import sys
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
@@ -151,7 +150,8 @@ def verify(path: Path) -> dict:
     if not mf.is_file():
         raise CorruptCheckpointError(
             path, MANIFEST, "is missing: refusing a checkpoint whose files cannot be verified (written by an rlx "
-            f"before checksums, or by an interrupted copy). If you trust it, run `python -m rlx.run.checkpoint adopt {path}`")
+            "before checksums, or by an interrupted copy). Move it aside; its run resumes from an older intact "
+            "checkpoint, or starts over once none is left")
     try:
         manifest = json.loads(mf.read_text())
         files = manifest["files"]
@@ -353,30 +353,3 @@ class Checkpointer:
             raise CheckpointError(f"no intact checkpoint in {self.root} (tried {len(problems)}: {tried}). Refusing to "
                                   f"start from scratch over existing checkpoints: move {self.root} aside to start over")
         return None
-
-
-def adopt(path: Path) -> None:
-    """Convert a trusted checkpoint written before manifests: full unpickler (trust!), safe re-save, manifest."""
-    path = Path(path)
-    m = STEP_DIR.match(path.name)
-    if not m or not path.is_dir():
-        raise ValueError(f"{path} is not a checkpoint dir (ckpt/step_N)")
-    if (path / MANIFEST).exists():
-        verify(path)
-        print(f"{path} already has a manifest and is intact; nothing to do")
-        return
-    read_adapter(path)  # at least the adapter must parse
-    state = torch.load(path / STATE, weights_only=False)  # the user vouched for this file
-    tmp = path / f"{STATE}.tmp"
-    torch.save(encode_state(state), tmp)
-    os.replace(tmp, path / STATE)
-    write_manifest(path, int(m.group(1)))
-    read_state(path)
-    print(f"adopted {path}: trainer state re-saved for torch.load(weights_only=True), manifest written")
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] != "adopt":
-        sys.exit("usage: python -m rlx.run.checkpoint adopt RUN_DIR/ckpt/step_N [...]")
-    for a in sys.argv[2:]:
-        adopt(Path(a))

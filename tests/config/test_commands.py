@@ -12,9 +12,7 @@ import pytest
 from tests.conftest import ROOT
 
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-# python -m rlx.run.checkpoint adopt ... runs code under its __main__ guard (no main function to point a
-# console script at; rlx/run/checkpoint.py belongs to the training side)
-NO_SCRIPT = {"rlx.run.checkpoint"}
+NO_SCRIPT: set[str] = set()  # modules with a __main__ guard that need no console script
 
 
 def _main_modules() -> set[str]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
-from rlx.rollout.schedule import AsyncSchedule, StaleSchedule, SyncSchedule
+from rlx.rollout.schedule import AsyncSchedule, StaleSchedule
 from tests.conftest import compose, kill_and_rerun, read_metrics, run_tiny, strip_timing
 
 # a base that gets non-zero rewards from step 1 (so every update moves the policy)

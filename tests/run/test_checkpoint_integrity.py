@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlx.run import device as D
-from rlx.run.checkpoint import CheckpointError, Checkpointer, CorruptCheckpointError, adopt, verify, write_manifest
+from rlx.run.checkpoint import CheckpointError, Checkpointer, CorruptCheckpointError, verify, write_manifest
 from tests.conftest import compose, read_metrics, run_tiny, strip_timing, TINY
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
@@ -94,18 +94,14 @@ def test_bit_flip_is_named_as_corrupt_and_leaves_the_model_untouched(tmp_path, p
     assert all(torch.equal(before[n], q) for n, q in _trainable(policy).items())
 
 
-def test_checkpoint_without_manifest_is_refused_until_adopted(tmp_path, policy):
-    """An older rlx wrote no manifest and pickled numpy's RNG state: refused, `adopt` converts it."""
+def test_checkpoint_without_manifest_is_refused(tmp_path, policy):
+    """An older rlx wrote no manifest and pickled numpy's RNG state: refused, saying what to do."""
     st = _state(policy, 2)
     path = Checkpointer(tmp_path / "ckpt").save(2, policy, st)
     (path / "manifest.json").unlink()
     torch.save(st, path / STATE)  # the legacy format: a numpy array pickled as such
-    with pytest.raises(CorruptCheckpointError, match=r"manifest\.json is missing: refusing .*rlx\.checkpoint adopt"):
+    with pytest.raises(CorruptCheckpointError, match=r"manifest\.json is missing: refusing .*Move it aside"):
         Checkpointer.load(path, policy)
-    adopt(path)
-    verify(path)
-    back = Checkpointer.load(path, policy)
-    assert np.array_equal(back["rng"]["numpy"][1], st["rng"]["numpy"][1])
 
 
 class _Evil:

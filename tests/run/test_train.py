@@ -2,10 +2,8 @@
 
 import json
 import re
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
