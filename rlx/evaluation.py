@@ -107,16 +107,8 @@ def eval_generator(seed: int, step: int) -> torch.Generator:
 
 def eval_sampling(rollout, sampling: SamplingParams | None = None) -> tuple[SamplingParams, SamplingParams | None]:
     """(greedy, sampled) settings of evaluation from rollout.* (`sampling`: the run's training settings,
-    from rollout.* when not given); sampled is None when rollout.eval_k is 0. Bad values name their key."""
-    for ok, key in ((rollout.eval_top_p is None or 0.0 < rollout.eval_top_p <= 1.0, "eval_top_p must be in (0, 1]"),
-                    (rollout.eval_top_k is None or rollout.eval_top_k >= 0, "eval_top_k must be >= 0 (0 = off)"),
-                    (rollout.eval_max_new_tokens is None or rollout.eval_max_new_tokens >= 1, "eval_max_new_tokens must be >= 1"),
-                    (rollout.eval_temperature >= 0, "eval_temperature must be >= 0"),
-                    (rollout.eval_k >= 0, "eval_k must be >= 0"),
-                    (rollout.eval_chunk >= 0, "eval_chunk must be >= 0 (0 = sized by speed, up to the engine's own batch)")):
-        if not ok:
-            name = key.split()[0]
-            raise ValueError(f"rollout.{key}; got {rollout[name]!r}")
+    from rollout.* when not given); sampled is None when rollout.eval_k is 0. The values were checked when
+    preflight converted the rollout group (rlx.rollout.config)."""
     sp = (sampling or SamplingParams.from_config(rollout)).but(max_tokens=rollout.eval_max_new_tokens or rollout.max_new_tokens)
     if rollout.eval_k == 0:
         return sp.but(temperature=0.0), None

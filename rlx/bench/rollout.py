@@ -119,7 +119,8 @@ def make_prompts(count: int, seed: int = SEED) -> list[str]:
 def make_engine(name: str, policy, tok, path: Path, threads: int, kv_cache_gb: float, max_len: int):
     from omegaconf import OmegaConf
 
-    from rlx.config import RolloutConfig, TrainerConfig
+    from rlx.rollout.config import RolloutConfig
+    from rlx.run.config import TrainerConfig
     from rlx.run.device import resolve
     from rlx.rollout import build_engine
 

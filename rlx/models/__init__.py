@@ -119,9 +119,6 @@ def head_dim(cfg) -> int:
     return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
 
 
-FINETUNE = ("lora", "full")
-
-
 def has_lora(model) -> bool:
     """True for a PEFT (LoRA) policy, False for a fully fine-tuned plain causal LM."""
     return hasattr(model, "peft_config")
@@ -141,8 +138,6 @@ def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
     """The one policy model on `device`. model.finetune=lora: frozen [quantized] base + trainable
     LoRA, the reference policy is the same model with adapters disabled. model.finetune=full: the
     plain causal LM with every weight trainable (no PEFT wrapper; `reference_policy` copies it)."""
-    if cfg.model.finetune not in FINETUNE:  # rlx.preflight refuses it first; a direct caller gets the same
-        raise ValueError(f"model.finetune: '{cfg.model.finetune}' is not one of {list(FINETUNE)}")
     model, tok = load_base(cfg, task, log)
     if cfg.model.finetune == "full":
         for p in model.parameters():

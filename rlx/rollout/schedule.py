@@ -33,20 +33,6 @@ from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from rlx.models.trainable import load_trainable, trainable_state
 from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
 
-MODES = ("sync", "stale", "async")
-
-
-def check_rollout_schedule_config(cfg) -> None:
-    """rollout.mode / max_staleness / interrupt, checked before any model is built."""
-    if cfg.mode not in MODES:
-        raise ValueError(f"rollout.mode: '{cfg.mode}' is not one of {list(MODES)}")
-    if cfg.max_staleness < 0:
-        raise ValueError(f"rollout.max_staleness must be >= 0, got {cfg.max_staleness}")
-    if cfg.mode == "async" and cfg.max_staleness < 1:
-        raise ValueError("rollout.mode=async needs rollout.max_staleness >= 1 (samples from the policy being "
-                         "trained cannot exist before its update); for on-policy data use rollout.mode=sync")
-    if cfg.interrupt.enabled and cfg.interrupt.answer_tokens < 1:
-        raise ValueError(f"rollout.interrupt.answer_tokens must be >= 1, got {cfg.interrupt.answer_tokens}")
 
 
 def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int, sampling: SamplingParams,

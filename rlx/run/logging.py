@@ -13,8 +13,6 @@ from omegaconf import OmegaConf
 
 from rlx.run.records import parse_metrics
 
-MODES = ("offline", "online", "disabled")
-
 
 def git_sha(cwd: str | Path | None = None) -> str | None:
     try:
@@ -91,9 +89,7 @@ class RunLogger:
     """`log(metrics, step)` writes one JSON line per call (with `step`) and the same dict to wandb."""
 
     def __init__(self, cfg, run_dir: Path, run_id: str | None, resume_step: int | None, code_dir: str | None = None):
-        lc = cfg.logger
-        if lc.mode not in MODES:
-            raise ValueError(f"logger.mode: '{lc.mode}' is not one of {MODES}")
+        lc = cfg.logger  # its values were checked when preflight converted it (rlx.run.config)
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.completions_path = self.run_dir / "completions.jsonl"

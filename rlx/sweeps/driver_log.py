@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from rlx.config import LoggerConfig
+from rlx.run.config import LoggerConfig
 from rlx.sweeps.rule import Decision
 
 

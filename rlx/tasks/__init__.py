@@ -20,7 +20,7 @@ def check_task_config(cfg) -> None:
     if cfg.name not in TASKS:
         raise ValueError(f"task.name: unknown task '{cfg.name}'; registered: {sorted(TASKS)}")
     check_reward_specs(cfg.rewards)
-    holdout = cfg.get("holdout", 0)
+    holdout = getattr(cfg, "holdout", 0)
     if holdout and cfg.name not in FILE_TASKS:  # nothing else reads it: refused, not silently ignored
         raise ValueError(f"task.holdout={holdout} carves a file task's held-out split out of task.train_path, but "
                          f"task.name={cfg.name} generates its own held-out split (task.n_eval={cfg.n_eval}); set "

@@ -156,7 +156,7 @@ def _examples(p: Path, indexed: list[tuple[int, dict]], spec) -> list[Example]:
 def check_paths(cfg) -> None:
     """A file task's data files exist and task.holdout fits its other keys: checked before any model is
     built (the files are read only when the task is)."""
-    holdout = cfg.get("holdout", 0)
+    holdout = getattr(cfg, "holdout", 0)
     if holdout < 0:
         raise ValueError(f"task.holdout must be >= 0 (0 = the held-out split is task.eval_path), got {holdout}")
     if holdout and cfg.eval_path:
@@ -166,7 +166,7 @@ def check_paths(cfg) -> None:
         raise ValueError(f"task.n_eval={cfg.n_eval} exceeds task.holdout={holdout}, the held-out questions carved "
                          f"out of task.train_path")
     paths = {"task.train_path": cfg.train_path, **({} if holdout else {"task.eval_path": cfg.eval_path})}
-    paths.update({f"task.eval.{name}.path": spec.path for name, spec in (cfg.get("eval") or {}).items() if spec.path})
+    paths.update({f"task.eval.{name}.path": spec.path for name, spec in (getattr(cfg, "eval", None) or {}).items() if spec.path})
     for key, path in paths.items():
         if not path:
             raise ValueError(f"{key} is not set: a file task needs task.train_path and task.eval_path (local "

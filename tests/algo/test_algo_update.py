@@ -7,7 +7,8 @@ import torch
 from omegaconf import OmegaConf
 
 from rlx.algo import Shaped, Update
-from rlx.config import RLXConfig, TrainerConfig
+from rlx.config import RLXConfig
+from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
 from rlx.rollout import SamplingParams, build_engine
 from tests.rollout.conftest import tiny_policy

@@ -223,7 +223,7 @@ def test_on_n_ranks_evaluation_calls_the_engine_with_the_same_sizes(monkeypatch)
     from omegaconf import OmegaConf
 
     from rlx import evaluation as E
-    from rlx.config import RolloutConfig
+    from rlx.rollout.config import RolloutConfig
 
     calls = []
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rlx.config import RolloutConfig, TrainerConfig
+from rlx.rollout.config import RolloutConfig
+from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
 from rlx.rollout import build_engine
 from tests.rollout.test_conformance import FP32_MAX, FP32_MEAN, gen, trainer_logits, trainer_logprobs

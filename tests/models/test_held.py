@@ -83,7 +83,8 @@ def test_bf16_hf_engine_samples_as_without_holding_and_keeps_synced_weights_fp32
 def test_in_flight_sync_into_an_own_copy_writes_the_fp32_adapter(tmp_path):
     from omegaconf import OmegaConf
 
-    from rlx.config import RolloutConfig, TrainerConfig
+    from rlx.rollout.config import RolloutConfig
+    from rlx.run.config import TrainerConfig
     from rlx.run.device import resolve
     from rlx.rollout import SamplingParams, build_engine
     from rlx.models.trainable import trainable_state

@@ -12,7 +12,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rlx.config import RolloutConfig, TrainerConfig
+from rlx.rollout.config import RolloutConfig
+from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
 
 # test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it

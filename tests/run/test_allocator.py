@@ -20,7 +20,7 @@ PROBE = textwrap.dedent("""
     import torch
     from rlx.run.device import resolve
     from omegaconf import OmegaConf
-    from rlx.config import TrainerConfig
+    from rlx.run.config import TrainerConfig
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(n, ctypes.c_size_t) for n in

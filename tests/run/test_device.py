@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rlx.config import TrainerConfig
+from rlx.run.config import TrainerConfig
 from rlx.run.device import autocast, resolve
 from tests.conftest import read_metrics, run_tiny
 

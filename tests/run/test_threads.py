@@ -65,7 +65,7 @@ def test_real_counters_give_a_count_within_the_cores(restore_threads):
 def test_threads_below_minus_one_are_refused():
     from omegaconf import OmegaConf
 
-    from rlx.config import TrainerConfig
+    from rlx.run.config import TrainerConfig
     from rlx.run.device import resolve
 
     with pytest.raises(ValueError, match="trainer.threads"):

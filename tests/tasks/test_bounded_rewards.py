@@ -20,7 +20,7 @@ STARTUP = 10.0  # a generous allowance for one worker start-up (imports) on a lo
 def _gsm8k_task(tmp_path, timeout_s=T):
     from omegaconf import OmegaConf
 
-    from rlx.config import TaskConfig
+    from rlx.tasks.config import TaskConfig
     from rlx.tasks import build_task
 
     p = tmp_path / "g.jsonl"
@@ -138,7 +138,7 @@ def test_a_set_up_that_raises_is_an_error_with_its_traceback():
 def test_after_a_user_reward_timeout_the_next_call_needs_no_start_up(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from rlx.config import TaskConfig
+    from rlx.tasks.config import TaskConfig
     from rlx.tasks import build_task
 
     log = tmp_path / "calls.jsonl"

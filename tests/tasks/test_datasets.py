@@ -6,7 +6,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from rlx.config import TaskConfig
+from rlx.tasks.config import TaskConfig
 from rlx.tasks import build_task
 from tests.conftest import TINY, compose, read_metrics
 

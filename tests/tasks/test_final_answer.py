@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rlx.config import TaskConfig
+from rlx.tasks.config import TaskConfig
 from rlx.tasks import build_task
 from rlx.tasks.answers import final_answer
 from rlx.tasks.rewards import REWARDS

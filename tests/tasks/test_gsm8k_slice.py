@@ -9,7 +9,7 @@ import random
 import pytest
 from omegaconf import OmegaConf
 
-from rlx.config import TaskConfig
+from rlx.tasks.config import TaskConfig
 from rlx.tasks import build_task
 from tests.conftest import ROOT, compose
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from rlx.config import TaskConfig
+from rlx.tasks.config import TaskConfig
 from rlx.tasks import REWARDS, build_task
 from rlx.tasks.base import Example
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
-from rlx.config import TaskConfig
+from rlx.tasks.config import TaskConfig
 from rlx.tasks import build_task, check_task_config
 from rlx.tasks.user_rewards import RewardFunctionError
 from tests.conftest import read_metrics, run_tiny

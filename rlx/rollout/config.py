@@ -1,0 +1,132 @@
+"""The `rollout.*` schema (engine, sampling, evaluation's sampling, the schedule, vLLM and forced
+interruption) and every check of a single rollout value; `__post_init__` runs them when rlx.preflight
+converts the composed node (`as_config`), before any model is built. Engine checks that read other
+groups (vLLM with a quant format or the model's head_dim) are rlx.preflight's / the engine's."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+SCHEDULE_MODES = ("sync", "stale", "async")  # rollout.mode (rlx.rollout.schedule)
+
+
+@dataclass
+class VLLMConfig:
+    """Knobs of the colocated vLLM engine (`rollout=vllm`); see docs/engine.md."""
+
+    gpu_memory_utilization: float = 0.3  # GPU: fraction of device memory vLLM may take (weights + KV cache)
+    kv_cache_gb: float = 0.25  # CPU: explicit KV-cache size (vLLM's CPU backend has no memory profiling)
+    max_model_len: int = 0  # 0 => twice the longest sampled task prompt + max new tokens, capped by the model
+    enforce_eager: bool = True  # no CUDA graphs / torch.compile (fast start; tiny models gain nothing)
+    sleep_mode: bool = False  # GPU: free vLLM's memory during the update, wake it for generation
+    max_num_seqs: int = 256  # sequences vLLM schedules at once
+    # how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md) |
+    # adapter (a PEFT adapter saved per sync, served as a LoRA request; required for a quantized
+    # base, which cannot be merged) | auto (merged, or adapter for a quantized base)
+    sync: str = "auto"
+
+
+@dataclass
+class InterruptConfig:
+    """ScaleRL's forced length interruption (rlx/rollout/interrupt.py): a completion that reaches
+    max_new_tokens gets `phrase` appended and may write `answer_tokens` more; the reward scores that
+    answer. The phrase never enters the loss; `mask_interrupted` drops the whole row from it too."""
+
+    enabled: bool = False  # append the phrase to completions that hit max_new_tokens and let them answer
+    # the interruption text (ScaleRL's by default)
+    phrase: str = "Okay, time is up. Let me stop thinking and formulate a final answer now."
+    answer_tokens: int = 8  # extra tokens allowed after the phrase
+    mask_interrupted: bool = False  # drop interrupted rows from the loss (the phrase never enters it)
+
+
+@dataclass
+class RolloutConfig:
+    """`engine` is a registered rollout engine: hf (in-process transformers) | vllm (colocated vLLM).
+
+    `mode` (rlx/rollout/schedule.py): sync (on-policy) | stale (generate with the policy of exactly
+    `max_staleness` updates ago; deterministic) | async (PipelineRL: a generator thread with
+    in-flight weight updates; no sample more than `max_staleness` versions old reaches the loss)."""
+
+    engine: str = "hf"  # rollout engine: hf | vllm
+    mode: str = "sync"  # sync | stale | async (docs/offpolicy.md)
+    max_staleness: int = 0  # k: policy versions a sample may lag behind the trainer (stale / async)
+    group_size: int = 8  # G
+    prompts_per_step: int = 16  # B
+    temperature: float = 1.0  # training sampling temperature (> 0)
+    top_p: float = 1.0  # nucleus sampling mass in (0, 1]
+    top_k: int = 0  # 0 => off
+    max_new_tokens: int = 8  # completion budget per training sample (the thinking budget with forced interruption)
+    stop_token_ids: list[int] = field(default_factory=list)  # extra stop tokens besides eos
+    eval_max_new_tokens: Optional[int] = None  # completion budget for evaluation (null = max_new_tokens)
+    eval_k: int = 4  # mean@k samples per held-out prompt
+    eval_temperature: float = 1.0  # temperature of the mean@k samples
+    eval_top_p: Optional[float] = None  # nucleus mass of the mean@k samples (null = rollout.top_p)
+    eval_top_k: Optional[int] = None  # top-k of the mean@k samples (null = rollout.top_k; 0 = off)
+    # sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = sized by
+    # the speed of the calls so far (~30 s each), up to the engine's own batch (hf batch_size, vllm max_num_seqs)
+    eval_chunk: int = 0
+    batch_size: int = 512  # hf: sequences generated at once
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    interrupt: InterruptConfig = field(default_factory=InterruptConfig)
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        _check_sampling(self)
+        _check_evaluation(self)
+        _check_schedule(self)
+
+
+def _refuse(rules) -> None:
+    for ok, key, why, value in rules:
+        if not ok:
+            raise ValueError(f"rollout.{key} {why}; got {value!r}")
+
+
+def _check_sampling(r: RolloutConfig) -> None:
+    """Training sampling. Written as `not (x > 0)` so that NaN fails too."""
+    _refuse(((0 < r.temperature < math.inf, "temperature", "must be > 0 and finite for training rollouts (behaviour "
+                                                          "log-probs of a greedy policy are not a distribution)",
+              r.temperature),
+             (0.0 < r.top_p <= 1.0, "top_p", "must be in (0, 1]", r.top_p),
+             (r.top_k >= 0, "top_k", "must be >= 0 (0 = off)", r.top_k),
+             (r.max_new_tokens >= 1, "max_new_tokens", "must be >= 1", r.max_new_tokens),
+             (r.group_size >= 2, "group_size", "must be >= 2: advantages are rewards centred on their group, so a "
+                                               "group of one always has advantage 0", r.group_size),
+             (r.prompts_per_step >= 1, "prompts_per_step", "must be >= 1", r.prompts_per_step),
+             (r.batch_size >= 1, "batch_size", "must be >= 1", r.batch_size)))
+
+
+def _check_evaluation(r: RolloutConfig) -> None:
+    """Validation's own sampling (rollout.eval_*; rlx.evaluation.eval_sampling derives it)."""
+    _refuse(((r.eval_top_p is None or 0.0 < r.eval_top_p <= 1.0, "eval_top_p", "must be in (0, 1]", r.eval_top_p),
+             (r.eval_top_k is None or r.eval_top_k >= 0, "eval_top_k", "must be >= 0 (0 = off)", r.eval_top_k),
+             (r.eval_max_new_tokens is None or r.eval_max_new_tokens >= 1, "eval_max_new_tokens", "must be >= 1",
+              r.eval_max_new_tokens),
+             (0 <= r.eval_temperature < math.inf, "eval_temperature", "must be >= 0", r.eval_temperature),
+             (r.eval_k >= 0, "eval_k", "must be >= 0", r.eval_k),
+             (r.eval_chunk >= 0, "eval_chunk", "must be >= 0 (0 = sized by speed, up to the engine's own batch)",
+              r.eval_chunk)))
+
+
+def _check_schedule(r: RolloutConfig) -> None:
+    """rollout.mode / max_staleness / interrupt."""
+    if r.mode not in SCHEDULE_MODES:
+        raise ValueError(f"rollout.mode: '{r.mode}' is not one of {list(SCHEDULE_MODES)}")
+    if r.max_staleness < 0:
+        raise ValueError(f"rollout.max_staleness must be >= 0, got {r.max_staleness}")
+    if r.mode == "async" and r.max_staleness < 1:
+        raise ValueError("rollout.mode=async needs rollout.max_staleness >= 1 (samples from the policy being "
+                         "trained cannot exist before its update); for on-policy data use rollout.mode=sync")
+    if r.interrupt.enabled and r.interrupt.answer_tokens < 1:
+        raise ValueError(f"rollout.interrupt.answer_tokens must be >= 1, got {r.interrupt.answer_tokens}")
+
+
+def as_config(node) -> RolloutConfig:
+    """The composed `rollout` node as a RolloutConfig, checked (its __post_init__)."""
+    from omegaconf import OmegaConf
+
+    return node if isinstance(node, RolloutConfig) else OmegaConf.to_object(node)

@@ -1,0 +1,86 @@
+"""The run-level schemas: `trainer.*` (where and how the trainer computes), `train.*` (steps,
+evaluation, checkpoints, resume) and `logger.*` (wandb, completion tables), with the checks of their
+single values in `__post_init__` (run when rlx.preflight converts the composed nodes). The device
+itself is resolved from `trainer.*` by rlx.run.device."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+LOGGER_MODES = ("offline", "online", "disabled")  # logger.mode (rlx.run.logging)
+
+
+@dataclass
+class TrainerConfig:
+    """Where and how the trainer computes: `device` auto | cpu | cuda, `dtype` fp32 | bf16.
+
+    bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32).
+    `threads` sets torch's intra-op threads: -1 (default) one per core that other processes leave free,
+    re-measured every RL step (rlx.run.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "fp32"  # fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)
+    threads: int = -1  # torch intra-op threads: -1 = the free cores, re-measured each step; 0 = every core; N
+    strategy: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)
+    dist_timeout_s: float = 600.0  # under torchrun: a collective that waits longer ends the run
+    malloc_mmap_threshold_mb: float = 0.0  # CPU: blocks >= this many MiB get their own mapping, freed at once (lower peak RSS, more page faults; rlx.run.allocator); 0 = glibc's rule
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 60  # RL steps (optimizer updates)
+    eval_every: int = 20  # held-out evaluation every N steps (and at the end)
+    ckpt_every: int = 20  # checkpoint every N steps (and at the end)
+    resume: str = "auto"  # auto | never
+    log_every: int = 1  # a console / train.log line every N steps when the bar is off
+    progress: bool = True  # show a progress bar
+    fail_at_step: int = -1  # testing aid: raise at this step (simulates a crash of one sweep arm)
+    fail_rank: int = -1  # testing aid under torchrun: only this rank raises at fail_at_step (-1 = every rank)
+
+    def __post_init__(self) -> None:
+        for key in ("eval_every", "ckpt_every", "log_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"train.{key} must be >= 1, got {getattr(self, key)}")
+        if self.steps < 0:
+            raise ValueError(f"train.steps must be >= 0, got {self.steps}")
+        if self.resume not in ("auto", "never"):
+            raise ValueError(f"train.resume: '{self.resume}' is not auto or never")
+
+
+@dataclass
+class LoggerConfig:
+    """`mode`: offline (default; no network here) | online | disabled."""
+
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "rlx"  # wandb project
+    entity: Optional[str] = None  # wandb entity (team or user)
+    group: Optional[str] = None  # wandb group (sweeps set it to their name)
+    name: Optional[str] = None  # wandb run name
+    tags: list[str] = field(default_factory=list)  # wandb tags
+    # completion tables (completions.jsonl in the run dir + a wandb Table): prompts, completions,
+    # per-function rewards and advantages of the first `completions_rows` rows of a step's batch
+    completions_every: int = 10  # every N steps (0 = off)
+    completions_rows: int = 8  # rows per dump
+    # cap of completions.jsonl (oldest dumps dropped, the newest kept) and of the tables sent to wandb
+    # (after it, no more tables); MB
+    completions_max_mb: float = 5.0
+
+    def __post_init__(self) -> None:
+        for ok, key, why, value in (
+                (self.mode in LOGGER_MODES, "logger.mode", f"must be one of {list(LOGGER_MODES)}", self.mode),
+                (self.completions_every >= 0, "logger.completions_every", "must be >= 0 (0 = no completion tables)",
+                 self.completions_every),
+                (self.completions_rows >= 1, "logger.completions_rows", "must be >= 1", self.completions_rows),
+                (0 < self.completions_max_mb < math.inf, "logger.completions_max_mb", "must be > 0",
+                 self.completions_max_mb)):
+            if not ok:
+                raise ValueError(f"{key} {why}; got {value!r}")
+
+
+def as_config(node):
+    """A composed `trainer`, `train` or `logger` node as its dataclass, checked (its __post_init__)."""
+    from omegaconf import OmegaConf
+
+    return node if isinstance(node, (TrainerConfig, TrainConfig, LoggerConfig)) else OmegaConf.to_object(node)

@@ -1,0 +1,93 @@
+"""The `task.*` schema (which task, its data and its rewards) and every check of a single task value;
+`TaskConfig.check` runs them when rlx.preflight converts the composed node (`as_config`), before any
+model is built: sizes, the reward timeout, the task name, every reward entry (registered, or importable with
+TRL's signature), task.holdout and a file task's paths (which must exist; no data is read yet)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+@dataclass
+class EvalSetConfig:
+    """One named eval set (task.eval.<name>): its data and, where it differs from task.*, its columns."""
+
+    path: Optional[str] = None  # data file / save_to_disk directory; null = the task's own held-out split
+    n: int = 0  # first n rows (0 = all)
+    question_field: Optional[str] = None  # null = task.question_field
+    answer_field: Optional[str] = None  # null = task.answer_field
+    answer_regex: Optional[str] = None  # null = task.answer_regex; "" = none
+    prompt_template: Optional[str] = None  # null = task.prompt_template
+
+
+@dataclass
+class TaskConfig:
+    """`name` is a registered task: arith | multiply | rules | wordproblems | file (jsonl is the file task's old name)."""
+
+    name: str = "arith"  # registered task: arith | multiply | rules | wordproblems | file (= jsonl; task=gsm8k / task=math are presets)
+    seed: int = 1234  # data seed (independent from the run seed)
+    n_train: int = 2000  # training problems (jsonl: first n rows, 0 = all)
+    n_eval: int = 200  # held-out problems (jsonl: first n rows, 0 = all)
+    # synthetic task knobs (each task reads the ones it needs)
+    num_terms: int = 3  # arith: numbers per problem
+    max_operand: int = 20  # arith: largest operand; wordproblems: largest start count and +/- amount
+    digits: int = 2  # multiply: digits per factor
+    steps: int = 2  # wordproblems: arithmetic steps per problem (difficulty, 1..8)
+    num_keys: int = 12  # rules: keys, each with its own rule (copy, reverse, rotl, rotr, inc, dec)
+    length: int = 4  # rules: digits per string
+    demo_correct: float = 0.02  # rules: share of SFT demonstrations that apply the key's own rule
+    # the task file's reward set (task files set this, not `rewards`); used unless task.rewards is given
+    default_rewards: dict[str, float] = field(default_factory=dict)
+    # reward functions and their weights: registered names or import paths package.module:function
+    # (TRL's convention, docs/data.md); each is logged as train/rewards/<name>. Unset, it is the task
+    # file's default_rewards; `task.rewards={...}` REPLACES that set (assigned over this interpolation,
+    # not merged into the file's dict); task.rewards.<name>=w edits the task file's set
+    rewards: dict[str, float] = "${.default_rewards}"
+    # hard bound per reward call in a worker process (math_verify: per completion; an import-path
+    # function: per batch); past it the call scores 0 and is counted in train/reward_timeouts
+    reward_timeout_s: float = 5.0
+    # file task: local .jsonl / .json / .parquet / .csv files or datasets save_to_disk directories
+    train_path: Optional[str] = None  # file: training split
+    eval_path: Optional[str] = None  # file: held-out split
+    # file: carve the held-out split out of train_path instead (eval_path null): the `holdout` distinct
+    # questions of smallest sha256(task.seed, question text), disjoint from train (docs/data.md); 0 = off
+    holdout: int = 0
+    question_field: str = "question"  # file: column holding the prompt (a string, or chat messages)
+    answer_field: str = "answer"  # file: column holding the gold answer
+    prompt_template: str = "{question}"  # file: prompt text of a string prompt, {question} is replaced
+    answer_regex: Optional[str] = None  # extract the gold answer from the answer field (e.g. GSM8K '#### (.*)')
+    # named eval sets {name: {path, n, ...}}, logged as val/<name>/acc, val/<name>/mean_at_k and their
+    # mean as val/acc, val/mean_at_k; empty = one set, the held-out split, logged as val/acc only
+    eval: dict[str, EvalSetConfig] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Not in __post_init__: the schema's own default object holds `rewards` as an unresolved
+        interpolation; the composed, resolved node is checked when as_config converts it."""
+        _check_task(self)
+
+
+def _check_task(t: TaskConfig) -> None:
+    from rlx.tasks import FILE_TASKS, check_task_config
+
+    file_task = t.name in FILE_TASKS
+    for ok, key, why, value in (
+            (file_task or t.n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task", t.n_train),
+            (file_task or t.n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all rows only "
+                                                        "for file tasks)", t.n_eval),
+            (t.n_train >= 0, "task.n_train", "must be >= 0", t.n_train),
+            (t.n_eval >= 0, "task.n_eval", "must be >= 0", t.n_eval),
+            (t.reward_timeout_s > 0 and math.isfinite(t.reward_timeout_s), "task.reward_timeout_s", "must be > 0",
+             t.reward_timeout_s)):
+        if not ok:
+            raise ValueError(f"{key} {why}; got {value!r}")
+    check_task_config(t)
+
+
+def as_config(node) -> TaskConfig:
+    """The composed `task` node as a TaskConfig, checked (its __post_init__)."""
+    from omegaconf import OmegaConf
+
+    task = node if isinstance(node, TaskConfig) else OmegaConf.to_object(node)
+    task.check()
+    return task
