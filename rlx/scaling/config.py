@@ -5,7 +5,7 @@ Imported by rlx.config, so it imports no scipy, numpy or matplotlib.
 
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 COMPUTE_UNITS = ("gpu_hours", "flops", "tokens", "steps")  # perf/compute/<unit> in metrics.jsonl
 FIT_KINDS = ("sigmoid", "power")  # scaling.fit, besides "none"
@@ -19,21 +19,63 @@ class ScalingConfig:
     each evaluation: gpu_hours | flops | tokens | steps.
     """
 
-    fit: str = "none"  # none | sigmoid | power: fit reward against compute at the end of a run
-    compute: str = "flops"  # gpu_hours | flops | tokens | steps
-    metric: str = "val/acc"  # the held-out reward on the y axis
+    fit: str = field(
+        default="none",
+        metadata={"help": "none | sigmoid | power: fit reward against compute at the end of a run"},
+    )
+    compute: str = field(
+        default="flops",
+        metadata={"help": "gpu_hours | flops | tokens | steps"},
+    )
+    metric: str = field(
+        default="val/acc",
+        metadata={"help": "the held-out reward on the y axis"},
+    )
     # early window left out of the fit: points below max(exclude_before, exclude_fraction * max compute)
-    exclude_before: float = 0.0  # absolute compute threshold (ScaleRL: ~1.5k GPU-hours)
-    exclude_fraction: float = 0.0  # fraction of the largest observed compute
-    fit_fraction: float = 1.0  # fit on compute <= fit_fraction * max; later points are held out (ScaleRL: 0.5)
-    target_compute: float = 0.0  # where to predict the reward; 0 => 4x the largest observed compute
-    bootstrap: int = 200  # resamples of the evaluation points for intervals and the band (0 => none)
-    confidence: float = 0.95  # level of the bootstrap intervals
-    a_step: float = 0.005  # grid step of the asymptote A
-    n_cmid: int = 100  # log-spaced grid values of C_mid
-    min_points: int = 4  # evaluation points (compute > 0, after exclusion) needed for a fit
-    margin: float = 0.02  # ScaleRL's comparison rule: recipes with |dA| <= margin are compared on B
-    seed: int = 0  # bootstrap seed
+    exclude_before: float = field(
+        default=0.0,
+        metadata={"help": "absolute compute threshold (ScaleRL: ~1.5k GPU-hours)"},
+    )
+    exclude_fraction: float = field(
+        default=0.0,
+        metadata={"help": "fraction of the largest observed compute"},
+    )
+    fit_fraction: float = field(
+        default=1.0,
+        metadata={"help": "fit on compute <= fit_fraction * max; later points are held out (ScaleRL: 0.5)"},
+    )
+    target_compute: float = field(
+        default=0.0,
+        metadata={"help": "where to predict the reward; 0 => 4x the largest observed compute"},
+    )
+    bootstrap: int = field(
+        default=200,
+        metadata={"help": "resamples of the evaluation points for intervals and the band (0 => none)"},
+    )
+    confidence: float = field(
+        default=0.95,
+        metadata={"help": "level of the bootstrap intervals"},
+    )
+    a_step: float = field(
+        default=0.005,
+        metadata={"help": "grid step of the asymptote A"},
+    )
+    n_cmid: int = field(
+        default=100,
+        metadata={"help": "log-spaced grid values of C_mid"},
+    )
+    min_points: int = field(
+        default=4,
+        metadata={"help": "evaluation points (compute > 0, after exclusion) needed for a fit"},
+    )
+    margin: float = field(
+        default=0.02,
+        metadata={"help": "ScaleRL's comparison rule: recipes with |dA| <= margin are compared on B"},
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "bootstrap seed"},
+    )
 
 
 def as_config(cfg) -> ScalingConfig:

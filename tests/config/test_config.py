@@ -78,8 +78,14 @@ def test_every_key_is_described_and_help_lists_them():
     from rlx.config import describe_keys
     from tests.conftest import ROOT
 
+    import dataclasses
+
+    from rlx.algo.config import AlgoConfig
+
     rows = describe_keys()
     assert len(rows) > 100 and [k for k, _, text in rows if not text] == []
+    lr = next(f for f in dataclasses.fields(AlgoConfig) if f.name == "lr")  # the text is the field's own metadata
+    assert ("algo.lr", 1e-3, lr.metadata["help"]) in rows and lr.metadata["help"] == "AdamW peak learning rate (>= 0)"
     out = subprocess.run([sys.executable, "-m", "rlx.train", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120).stdout
     assert "== Keys ==" in out and "algo.lr = 0.001  # AdamW peak learning rate" in out
