@@ -73,7 +73,6 @@ def build(cfg, src: Source, trainer):
 
 def prepare(argv: list[str] | None = None):
     """Everything that can be refused, refused before any model is built: (args, source, cfg, ks, trainer)."""
-    from rlx.evaluation import eval_sampling
     from rlx.preflight import check
 
     args = parse_args(argv)
@@ -84,8 +83,7 @@ def prepare(argv: list[str] | None = None):
     if n == 0 and args.k is not None:
         raise ValueError(f"--k {args.k}: rollout.eval_k=0 draws no samples; set rollout.eval_k=N (N >= every k)")
     ks = parse_ks(args.k, n) if n else []
-    eval_sampling(cfg.rollout)
-    trainer = check(cfg)  # trainer.threads=N: N torch threads
+    trainer = check(cfg)  # every group's values, rollout.eval_* among them; trainer.threads=N: N torch threads
     if cfg.trainer.threads == -1:  # one per free core, as rlx.train.run does; evaluation keeps the first count
         from rlx.run.threads import ThreadGovernor
 
