@@ -67,6 +67,36 @@ if triton is not None:
         return b.to(tl.float32, bitcast=True)
 
     @triton.jit
+    def _block_weights(packed_ptr, scale_ptr, lut_ptr, gscale, rn, kh, w_mask, K, stride_pn, stride_pk,
+                       stride_sn, stride_sk, FMT: tl.constexpr, GROUP: tl.constexpr, HIGH_FIRST: tl.constexpr,
+                       FLAT_SCALE: tl.constexpr):
+        """The dequantized fp32 weights of one block of byte columns `kh` for rows `rn`: (even, odd)
+        elements, each [BN, BKH], exactly what the torch dequantize computes."""
+        packed = tl.load(packed_ptr + rn[:, None] * stride_pn + kh[None, :] * stride_pk, mask=w_mask, other=0)
+        low = (packed & 0xF).to(tl.int32)
+        high = ((packed >> 4) & 0xF).to(tl.int32)
+        if HIGH_FIRST:
+            first = high
+            second = low
+        else:
+            first = low
+            second = high
+        v_even = tl.load(lut_ptr + first)  # fp32 [BN, BKH], element 2j
+        v_odd = tl.load(lut_ptr + second)  # element 2j+1
+        if FLAT_SCALE:  # nf4: 64-blocks of the row-major flattened weight
+            s_offsets = (rn[:, None] * K + 2 * kh[None, :]) // GROUP
+        else:
+            s_offsets = rn[:, None] * stride_sn + ((2 * kh) // GROUP)[None, :] * stride_sk
+        s_raw = tl.load(scale_ptr + s_offsets, mask=w_mask, other=0)
+        if FMT == 0:
+            scale = tl.div_rn(_decode_e4m3(s_raw), gscale)
+        elif FMT == 1:
+            scale = _decode_e8m0(s_raw)
+        else:
+            scale = s_raw
+        return v_even * scale, v_odd * scale
+
+    @triton.jit
     def _quant_matmul_kernel(
         x_ptr, packed_ptr, scale_ptr, gscale_ptr, lut_ptr, bias_ptr, out_ptr,
         M, N, K,
@@ -85,32 +115,14 @@ if triton is not None:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if FMT == 0:
             gscale = tl.load(gscale_ptr)
+        else:
+            gscale = 1.0  # unused: only NVFP4 has a global scale
         for kh0 in range(0, half_k, BLOCK_KH):
             kh = kh0 + tl.arange(0, BLOCK_KH)  # byte columns [BKH]
             mask_k = kh < half_k
             w_mask = mask_n[:, None] & mask_k[None, :]
-            packed = tl.load(packed_ptr + rn[:, None] * stride_pn + kh[None, :] * stride_pk, mask=w_mask, other=0)
-            low = (packed & 0xF).to(tl.int32)
-            high = ((packed >> 4) & 0xF).to(tl.int32)
-            if HIGH_FIRST:
-                first = high
-                second = low
-            else:
-                first = low
-                second = high
-            v_even = tl.load(lut_ptr + first)  # fp32 [BN, BKH], element 2j
-            v_odd = tl.load(lut_ptr + second)  # element 2j+1
-            if FLAT_SCALE:  # nf4: 64-blocks of the row-major flattened weight
-                s_offsets = (rn[:, None] * K + 2 * kh[None, :]) // GROUP
-            else:
-                s_offsets = rn[:, None] * stride_sn + ((2 * kh) // GROUP)[None, :] * stride_sk
-            s_raw = tl.load(scale_ptr + s_offsets, mask=w_mask, other=0)
-            if FMT == 0:
-                scale = tl.div_rn(_decode_e4m3(s_raw), gscale)
-            elif FMT == 1:
-                scale = _decode_e8m0(s_raw)
-            else:
-                scale = s_raw
+            w_even, w_odd = _block_weights(packed_ptr, scale_ptr, lut_ptr, gscale, rn, kh, w_mask, K, stride_pn,
+                                           stride_pk, stride_sn, stride_sk, FMT, GROUP, HIGH_FIRST, FLAT_SCALE)
             x_even = tl.load(
                 x_ptr + rm[:, None] * stride_xm + (2 * kh)[None, :] * stride_xk,
                 mask=mask_m[:, None] & mask_k[None, :], other=0.0,
@@ -119,8 +131,6 @@ if triton is not None:
                 x_ptr + rm[:, None] * stride_xm + (2 * kh + 1)[None, :] * stride_xk,
                 mask=mask_m[:, None] & mask_k[None, :], other=0.0,
             )
-            w_even = v_even * scale  # fp32, exactly what the torch dequantize computes
-            w_odd = v_odd * scale
             if BF16:
                 w_even = _round_to_bf16(w_even)
                 w_odd = _round_to_bf16(w_odd)
