@@ -41,6 +41,8 @@ def check(cfg) -> DeviceSpec:
 def convert(cfg) -> dict:
     """Each group of the composed config as its package's typed config, once: every check of a single
     group's values runs here (the dataclasses' __post_init__ / check)."""
+    from omegaconf import OmegaConf
+
     from rlx.algo.config import as_config as algo
     from rlx.models.config import as_config as model
     from rlx.rollout.config import as_config as rollout
@@ -49,7 +51,9 @@ def convert(cfg) -> dict:
     from rlx.tasks.config import as_config as task
 
     return {"model": model(cfg.model), "task": task(cfg.task), "rollout": rollout(cfg.rollout),
-            "algo": algo(cfg.algo), "scaling": scaling(cfg.scaling), **{k: run_group(cfg[k]) for k in ("trainer", "train", "logger")}}
+            "algo": algo(cfg.algo), "scaling": scaling(cfg.scaling),
+            **{k: run_group(cfg[k]) for k in ("trainer", "train", "logger")},
+            **{k: OmegaConf.to_object(cfg[k]) for k in ("quant", "noise", "extrapolation")}}
 
 
 def check_finetune(cfg, world_size: int = 1) -> None:

@@ -1,6 +1,12 @@
-"""The `extrapolation.*` schema (NExt predict-extend, linear baseline); registered by rlx.config."""
+"""The `extrapolation.*` schema (NExt predict-extend, linear baseline) and every check of a single
+extrapolation value (`__post_init__`, run when rlx.preflight converts the composed node); registered
+by rlx.config. The jump steps against the run's length (train.steps) are checked where the
+extrapolator is built (rlx.extrapolation.extrapolator)."""
 
+import math
 from dataclasses import dataclass, field
+
+TYPES = ("none", "linear", "next")  # rlx.extrapolation.EXTRAPOLATORS and "none"
 
 
 @dataclass
@@ -67,3 +73,31 @@ class ExtrapolationConfig:
         default=False,
         metadata={"help": "keep adapter snapshots (initial + window) in host memory"},
     )
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"extrapolation.type must be one of {', '.join(TYPES)}; got {self.type!r}")
+        if self.type == "none":
+            return
+        if not self.extend_at:
+            raise ValueError(f"extrapolation.type={self.type} needs at least one step in extrapolation.extend_at")
+        if not math.isfinite(float(self.alpha)):
+            raise ValueError(f"extrapolation.alpha must be finite, got {self.alpha}")
+        if self.type == "next":
+            _check_next(self)
+
+
+def _check_next(cfg: ExtrapolationConfig) -> None:
+    """NExt's record spacing, horizon, jump steps and predictor settings."""
+    interval, horizon = int(cfg.interval), int(cfg.horizon)
+    if interval < 1 or horizon < interval or horizon % interval:
+        raise ValueError(f"extrapolation: need interval >= 1 and horizon a multiple of interval, got {interval}, {horizon}")
+    off = sorted(s for s in set(cfg.extend_at) if s % interval)
+    if off:
+        raise ValueError(f"extrapolation.extend_at steps {off} are not multiples of interval={interval}")
+    if min(cfg.extend_at) < horizon:
+        raise ValueError(f"extrapolation: first extend step {min(cfg.extend_at)} < horizon {horizon}: no training pair "
+                         f"would exist")
+    if int(cfg.epochs) < 1 or int(cfg.hidden) < 1 or float(cfg.lr) <= 0 or not 0 <= float(cfg.min_lr_ratio) <= 1:
+        raise ValueError(f"extrapolation: bad predictor settings epochs={cfg.epochs} hidden={cfg.hidden} "
+                         f"lr={cfg.lr} min_lr_ratio={cfg.min_lr_ratio}")

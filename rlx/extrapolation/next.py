@@ -28,27 +28,6 @@ class NextExtrapolator(Extrapolator):
         self.fits: dict[tuple[int, int], PredictorFit] = {}  # (out, in) bucket -> fitted predictor
         self.last_prediction: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # not in state
 
-    def _validate(self):
-        super()._validate()
-        cfg = self.cfg
-        interval, horizon = int(cfg.interval), int(cfg.horizon)
-        if interval < 1 or horizon < interval or horizon % interval:
-            raise ValueError(
-                f"extrapolation: need interval >= 1 and horizon a multiple of interval, got {interval}, {horizon}"
-            )
-        off = [s for s in self.extend_at if s % interval]
-        if off:
-            raise ValueError(f"extrapolation.extend_at steps {off} are not multiples of interval={interval}")
-        if self.extend_at[0] < horizon:
-            raise ValueError(
-                f"extrapolation: first extend step {self.extend_at[0]} < horizon {horizon}: no training pair would exist"
-            )
-        if int(cfg.epochs) < 1 or int(cfg.hidden) < 1 or float(cfg.lr) <= 0 or not 0 <= float(cfg.min_lr_ratio) <= 1:
-            raise ValueError(
-                f"extrapolation: bad predictor settings epochs={cfg.epochs} hidden={cfg.hidden} "
-                f"lr={cfg.lr} min_lr_ratio={cfg.min_lr_ratio}"
-            )
-
     def _n_records(self):
         return len(self.records.records)
 

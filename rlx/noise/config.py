@@ -1,6 +1,12 @@
-"""The `noise.*` schema (AQN); registered by rlx.config."""
+"""The `noise.*` schema (AQN) and every check of a single noise value (`__post_init__`, run when
+rlx.preflight converts the composed node); registered by rlx.config. The schedule against the run's
+length (train.steps) is checked where the injector is built (rlx.noise.aqn)."""
 
+import math
 from dataclasses import dataclass, field
+
+NOISE_TYPE_NAMES = ("none", "aqn")  # rlx.noise.NOISE_TYPES and "none"
+SCHEDULE_NAMES = ("exponential", "linear", "cosine", "constant")  # rlx.noise.schedules.SCHEDULES
 
 
 @dataclass
@@ -39,3 +45,20 @@ class NoiseConfig:
         default=False,
         metadata={"help": "the training forward+backward of step s also runs under step s's noise"},
     )
+
+    def __post_init__(self) -> None:
+        if self.type not in NOISE_TYPE_NAMES:
+            raise ValueError(f"unknown noise.type '{self.type}'; choose one of {sorted(NOISE_TYPE_NAMES)}")
+        if self.schedule not in SCHEDULE_NAMES:
+            raise ValueError(f"unknown noise.schedule '{self.schedule}'; choose one of {sorted(SCHEDULE_NAMES)}")
+        for name in ("sigma_start", "sigma_end"):
+            value = float(getattr(self, name))
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"noise.{name} must be a finite number >= 0, got {value}")
+        if self.schedule == "exponential" and (self.sigma_start <= 0 or self.sigma_end <= 0):
+            raise ValueError(f"noise.schedule 'exponential' needs sigma_start > 0 and sigma_end > 0 (geometric "
+                             f"decay), got {self.sigma_start} -> {self.sigma_end}")
+        least = 1 if self.schedule == "constant" else 2  # staged schedules keep stage 0 noise-free
+        if self.stages < least:
+            raise ValueError(f"noise.stages must be >= {least} for schedule '{self.schedule}'"
+                             + (" (stage 0 is noise-free)" if least == 2 else "") + f", got {self.stages}")

@@ -50,3 +50,9 @@ def test_model_without_lora_is_rejected():
     ext = build_extrapolator(ExtrapolationConfig(type="linear", extend_at=[5]), total_steps=10)
     with pytest.raises(ValueError, match="no LoRA modules"):
         ext.observe(nn.Linear(4, 4), 0, None)
+
+
+def test_the_config_names_every_registered_extrapolator():
+    from rlx.extrapolation.config import TYPES
+
+    assert set(TYPES) == {"none", *EXTRAPOLATORS}

@@ -36,3 +36,11 @@ def test_schema_rejects_a_mistyped_field():
     cfg = load("aqn")
     with pytest.raises(ValidationError):
         cfg.stages = "ten"
+
+
+def test_the_config_names_every_registered_type_and_schedule():
+    """NoiseConfig checks names from its own lists (it imports nothing from rlx): they are the registries'."""
+    from rlx.noise import NOISE_TYPES, SCHEDULES
+    from rlx.noise.config import NOISE_TYPE_NAMES, SCHEDULE_NAMES
+
+    assert set(NOISE_TYPE_NAMES) == set(NOISE_TYPES) and set(SCHEDULE_NAMES) == set(SCHEDULES)
