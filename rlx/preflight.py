@@ -58,8 +58,9 @@ def convert(cfg) -> dict:
 
 def check_finetune(cfg, world_size: int = 1) -> None:
     """What full fine-tuning cannot do with other groups: the knobs that need a LoRA adapter or a frozen
-    (quantized) base, vLLM's adapter sync, and FSDP over N ranks (its layer shards would sit beside whole embeddings and head, which the gradient clip and the
-    engines' head cannot mix). model.lora.* is ignored with full (the model groups set it), not refused."""
+    (quantized) base, vLLM's adapter sync, and FSDP over N ranks (its layer shards would sit beside whole
+    embeddings and head, which the gradient clip and the engines' head cannot mix). model.lora.* is
+    ignored with full (the model groups set it), not refused."""
     if cfg.model.finetune != "full":  # the name itself and full with 16-bit weights: rlx.models.config
         return
     for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (a quantized base is frozen: "

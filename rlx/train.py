@@ -275,7 +275,8 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 p.state.run_id = logger.run_id
                 p.checkpoint.save(step, p.state)
-        summary.update(finish_summary(run_dir, cfg, p.compute_now()) if world.is_main else {"status": "finished", "val/acc": last_acc})
+        summary.update(finish_summary(run_dir, cfg, p.compute_now()) if world.is_main
+                       else {"status": "finished", "val/acc": last_acc})
         exit_code = 0
     except BaseException as e:
         summary.update({"status": "failed", "error": f"{type(e).__name__}: {e}"})
