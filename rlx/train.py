@@ -131,7 +131,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
                             seed=cfg.seed, max_len=max_sequence_len(cfg.rollout, tok, probe), quant_format=cfg.quant.format,
-                            own_weights=cfg.rollout.mode == "async")
+                            own_weights=cfg.rollout.mode == "async", log_dir=Path(run_dir) / "servers")
     if world.distributed:  # each rank samples its share of the prompts; every rank gets the whole batch
         p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
     p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise,
@@ -228,6 +228,7 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None]:
     t_sync = time.time()
     p.schedule.push(p.policy, step)  # after the update and any jump: version `step` goes to the generator
     m["timing_s/sync"] = time.time() - t_sync
+    m.update(p.engine.metrics())
     compute = p.state.compute
     compute["steps"] += 1
     compute["tokens"] += gen_tokens

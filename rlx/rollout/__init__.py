@@ -9,7 +9,8 @@ import importlib
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 
-ENGINES = {"hf": "rlx.rollout.hf:HFEngine", "vllm": "rlx.rollout.vllm:VLLMEngine"}
+ENGINES = {"hf": "rlx.rollout.hf:HFEngine", "vllm": "rlx.rollout.vllm:VLLMEngine",
+           "vllm_server": "rlx.rollout.server.engine:VLLMServerEngine"}
 
 
 def engine_class(name: str):
@@ -38,11 +39,14 @@ def check_engine(cfg) -> None:
 
 
 def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, base_dir=None, seed: int = 0,
-                 max_len: int | None = None, quant_format: str = "none", own_weights: bool = False) -> RolloutEngine:
+                 max_len: int | None = None, quant_format: str = "none", own_weights: bool = False,
+                 log_dir=None) -> RolloutEngine:
     """The `cfg.engine` engine serving `policy` (each engine takes what it needs of the keywords;
-    `own_weights`: the engine must not share the trainer's module, a generator thread samples it)."""
+    `own_weights`: the engine must not share the trainer's module, a generator thread samples it;
+    `log_dir`: where an engine with processes of its own keeps their logs, the run directory's)."""
     return engine_class(cfg.engine)(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir,
-                                    seed=seed, max_len=max_len, quant_format=quant_format, own_weights=own_weights)
+                                    seed=seed, max_len=max_len, quant_format=quant_format, own_weights=own_weights,
+                                    log_dir=log_dir)
 
 
 __all__ = ["ENGINES", "RolloutBatch", "RolloutEngine", "SamplingParams", "build_engine", "check_engine", "engine_class",

@@ -183,6 +183,10 @@ class RolloutEngine:
         `generator` with `draw_seeds` when not given), so its tokens do not depend on the other rows."""
         raise NotImplementedError
 
+    def metrics(self) -> dict:
+        """The engine's own figures of the last step (the server engine: sync time, canary), logged with it."""
+        return {}
+
     def sleep(self) -> None:
         """Free device memory while the trainer updates (vLLM sleep mode); the next sync wakes it."""
 

@@ -73,6 +73,50 @@ class InterruptConfig:
 
 
 @dataclass
+class ServerConfig:
+    """`rollout=vllm_server`: vLLM OpenAI-compatible servers out of the trainer's process (rlx.rollout.server)."""
+
+    num: int = field(
+        default=1,
+        metadata={"help": "local servers rlx starts (loopback, a per-run API key, one log each); 0 with urls"},
+    )
+    urls: list[str] = field(
+        default_factory=list,
+        metadata={"help": "running servers to use instead (their key: $RLX_VLLM_API_KEY, never a config file)"},
+    )
+    threads: int = field(
+        default=1,
+        metadata={"help": "CPU: OpenMP threads of each local server"},
+    )
+    startup_timeout_s: float = field(
+        default=900.0,
+        metadata={"help": "a server not healthy by then fails the run with its log's tail"},
+    )
+    request_timeout_s: float = field(
+        default=600.0,
+        metadata={"help": "one completion request's limit"},
+    )
+    canary: bool = field(
+        default=True,
+        metadata={"help": "after every sync, each server's log-probs of a probe must equal the trainer's"},
+    )
+    canary_tol: float = field(
+        default=0.0,
+        metadata={"help": "the canary's largest mean |log-prob difference| over the probe; 0 = by dtype (fp32 1e-3, bf16 0.1)"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.num < 0 or (self.num > 0) == bool(self.urls):
+            raise ValueError(f"rollout.server: give either rollout.server.num >= 1 (local servers) or "
+                             f"rollout.server.urls with rollout.server.num=0; got num={self.num}, urls={list(self.urls)}")
+        for key in ("threads", "startup_timeout_s", "request_timeout_s"):
+            if not 0 < getattr(self, key) < math.inf:
+                raise ValueError(f"rollout.server.{key} must be > 0, got {getattr(self, key)}")
+        if not 0 <= self.canary_tol < math.inf:
+            raise ValueError(f"rollout.server.canary_tol must be >= 0 (0 = by dtype), got {self.canary_tol}")
+
+
+@dataclass
 class RolloutConfig:
     """`engine` is a registered rollout engine: hf (in-process transformers) | vllm (colocated vLLM).
 
@@ -82,7 +126,7 @@ class RolloutConfig:
 
     engine: str = field(
         default="hf",
-        metadata={"help": "rollout engine: hf | vllm"},
+        metadata={"help": "rollout engine: hf | vllm | vllm_server"},
     )
     mode: str = field(
         default="sync",
@@ -151,6 +195,7 @@ class RolloutConfig:
         metadata={"help": "hf: sequences generated at once"},
     )
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)
 
     def __post_init__(self) -> None:

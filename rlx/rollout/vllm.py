@@ -184,8 +184,9 @@ class VLLMEngine(RolloutEngine):
         check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
 
     def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
-                 seed: int = 0, max_len: int | None = None, quant_format: str = "none", own_weights: bool = True):
-        # own_weights: vLLM always holds its own copy of the weights
+                 seed: int = 0, max_len: int | None = None, quant_format: str = "none", own_weights: bool = True,
+                 **_unused):
+        # own_weights: vLLM always holds its own copy of the weights; log_dir: it logs through this process
         vllm = _import_vllm()
         if fp32_head and trainer.dtype != torch.float32:
             raise ValueError("algo.fp32_lm_head with rollout=vllm: vLLM computes the LM head in the engine dtype; "

@@ -16,9 +16,10 @@ from rlx.rollout.config import RolloutConfig
 from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
 
-# test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it
+# test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it, and a vLLM server
 VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),
-            "vllm-adapter": ("vllm", {"vllm": {"sync": "adapter"}})}
+            "vllm-adapter": ("vllm", {"vllm": {"sync": "adapter"}}),
+            "vllm-server": ("vllm_server", {})}  # one local vLLM server, adapter-only sync
 ENGINES = list(VARIANTS)
 
 
@@ -59,17 +60,30 @@ def make_engine(name: str, policy, tok, path, dtype: str = "fp32", **rollout):
     return build_engine(cfg, tok, policy, trainer, base_dir=path, seed=0, max_len=96)
 
 
-@pytest.fixture(scope="module")
-def served(request, tmp_path_factory):
-    """{engine name: (engine, policy, tok)} built once per test module; vLLM is skipped if not installed."""
-    path = tmp_path_factory.mktemp("tiny_policy")
-    policy, tok = tiny_policy(path)
-    out = {"path": path}
-    for name in ENGINES:
+class _Engines(dict):
+    """{"path": the policy's directory, engine name: (engine, policy, tok)}; an engine is built the first
+    time a test asks for it (a module that uses only hf starts no vLLM server), vLLM skipped if absent."""
+
+    def __init__(self, path, policy, tok):
+        super().__init__(path=path)
+        self.policy, self.tok = policy, tok
+
+    def __missing__(self, name):
+        if name not in VARIANTS:
+            raise KeyError(name)
         if name.startswith("vllm"):
             pytest.importorskip("vllm")
-        out[name] = (make_engine(name, policy, tok, path), policy, tok)
+        self[name] = (make_engine(name, self.policy, self.tok, self["path"]), self.policy, self.tok)
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def served(request, tmp_path_factory):
+    """The engines of VARIANTS over one tiny policy, built on first use and closed once per test module."""
+    path = tmp_path_factory.mktemp("tiny_policy")
+    policy, tok = tiny_policy(path)
+    out = _Engines(path, policy, tok)
     yield out
     for name in ENGINES:
-        if name in out:
+        if dict.__contains__(out, name):
             out[name][0].close()

@@ -1,0 +1,240 @@
+"""`rollout=vllm_server`: generation on vLLM OpenAI-compatible servers, out of the trainer's process
+(PipelineRL-style disaggregation; docs/engine.md, "Servers").
+
+- Prompts go in and completions come out as token ids, with the sampled tokens' log-probs (vLLM's
+  processed log-probs, as the colocated engine returns); nothing is re-tokenized. Each row has its own
+  seed, so a row's sample does not depend on the server or the batch it went to.
+- Weight sync is adapter-only: version v's LoRA adapter is written atomically into the run's adapter
+  directory, loaded on every server by vLLM's runtime LoRA loading, named in every request, and the
+  versions no schedule can still ask for are unloaded and deleted. Every token carries the version of
+  the adapter its request named.
+- Sync canary: after each load, a fixed probe's log-probs from every server must equal the trainer's
+  to a tolerance set by the dtype; a server still serving other weights stops the run, naming the
+  server and the version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from rlx.models.forward import token_logprobs
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
+from rlx.rollout.hf import decode, encode_prompts
+from rlx.rollout.server.pool import ServerError, ServerPool, server_command
+
+# the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
+# with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
+CANARY_TOL = {torch.float32: 1e-3, torch.bfloat16: 0.1}
+CANARY_TEXT = "12+30=42"  # the probe: short, so that it fits the smallest context a task needs
+
+
+def _vllm_rank(r: int) -> int:
+    for slot in (8, 16, 32, 64, 128, 256, 320, 512):
+        if r <= slot:
+            return slot
+    raise ValueError(f"model.lora.r={r}: vLLM serves LoRA ranks up to 512")
+
+
+class VLLMServerEngine(RolloutEngine):
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """What the server engine does not do (yet): refused by name before any model is built."""
+        for bad, what in ((cfg.model.finetune != "lora", f"model.finetune={cfg.model.finetune} (weight sync is "
+                                                         f"adapter-only)"),
+                          (cfg.quant.format != "none", f"quant.format={cfg.quant.format} (servers load the 16-bit "
+                                                       f"base)"),
+                          (cfg.noise.type != "none", "noise=aqn (AQN perturbs the norm weights of an engine in this "
+                                                     "process)"),
+                          (cfg.algo.fp32_lm_head and cfg.trainer.dtype == "bf16", "algo.fp32_lm_head with "
+                                                                                 "trainer.dtype=bf16")):
+            if bad:
+                raise ValueError(f"rollout=vllm_server with {what} is not supported; use rollout=vllm or rollout=hf")
+        if cfg.rollout.server.num > 0:  # local servers run this machine's vLLM: its limits (head_dim on CPU)
+            from rlx.models import head_dim
+            from rlx.rollout.vllm import check_engine_config
+
+            try:
+                check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
+            except ValueError as e:
+                raise ValueError(str(e).replace("rollout=vllm:", "rollout=vllm_server (local servers):", 1)) from None
+
+    def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
+                 seed: int = 0, max_len: int | None = None, quant_format: str = "none", own_weights: bool = True,
+                 log_dir=None):
+        if base_dir is None:
+            raise ValueError("rollout=vllm_server needs the base model directory (config.json) the servers load")
+        self.cfg, self.tok, self.dtype, self.device = cfg, tokenizer, trainer.dtype, trainer.device
+        self.root = Path(tempfile.mkdtemp(prefix="rlx-adapters-"))  # the only paths a server is told to load
+        sc = cfg.server
+        if sc.urls:
+            self.pool = ServerPool.remote(list(sc.urls), sc.startup_timeout_s, sc.request_timeout_s)
+        else:
+            rank = _vllm_rank(max(int(policy.peft_config[a].r) for a in policy.peft_config))
+            dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
+            limit = int(json.loads((Path(base_dir) / "config.json").read_text()).get("max_position_embeddings", 2048))
+            max_model_len = int(cfg.vllm.max_model_len) or min(limit, max_len or limit)
+            command = lambda port, key: server_command(  # noqa: E731
+                str(base_dir), port, key, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
+                seed=seed, max_num_seqs=int(cfg.vllm.max_num_seqs), kv_cache_gb=float(cfg.vllm.kv_cache_gb))
+            logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each
+            self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads),
+                                         sc.startup_timeout_s, sc.request_timeout_s)
+        self.loaded: dict[int, str] = {}  # version -> adapter name on every server
+        self.keep = int(cfg.max_staleness) + 2  # stale mode asks again for versions up to k updates old
+        self._exports = 0
+        self.version = -1
+        self.current: str | None = None
+        self.sync_s = 0.0  # the last sync's seconds (save, load on every server, canary)
+        self.canary_diff = float("nan")
+        self.sync(policy, 0)
+
+    # -- weights ------------------------------------------------------------------------------------
+    def export_weights(self, policy):
+        """Trainer side: the policy's adapter saved (atomically: a temporary directory renamed)."""
+        self._exports += 1
+        final = self.root / f"adapter_{self._exports}"
+        tmp = self.root / f".tmp-adapter_{self._exports}"
+        policy.save_pretrained(tmp)
+        os.replace(tmp, final)
+        return final, _probe_logprobs(policy, self._probe_ids())
+
+    def sync(self, policy, version: int) -> None:
+        if version in self.loaded:  # stale mode asks again for a version the servers still hold
+            self.current, self.version = self.loaded[version], int(version)
+            return
+        self.load_weights(self.export_weights(policy), version)
+
+    def load_weights(self, payload, version: int) -> None:
+        """Load version `version`'s adapter on every server, check it (canary), retire old versions."""
+        t0 = time.time()
+        path, want = payload
+        path = Path(path).resolve()
+        if self.root.resolve() not in path.parents:
+            raise ValueError(f"rollout=vllm_server: refusing to load {path}, outside the run's adapter "
+                             f"directory {self.root}")
+        name = f"rlx-v{int(version)}-{path.name}"
+        for s in self.pool.servers:
+            s.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        self.loaded[int(version)], self.current, self.version = name, name, int(version)
+        if self.cfg.server.canary:
+            self.canary_diff = self._canary(want, version)
+        for v in sorted(self.loaded)[: -self.keep]:
+            self._retire(v)
+        self.sync_s = time.time() - t0
+
+    def _retire(self, version: int) -> None:
+        name = self.loaded.pop(version)
+        for s in self.pool.servers:
+            try:
+                s.request("/v1/unload_lora_adapter", {"lora_name": name})
+            except ServerError:
+                pass  # a server that cannot unload keeps serving the newer names; nothing asks for this one
+        shutil.rmtree(self.root / name.split("-", 2)[2], ignore_errors=True)
+
+    def _probe_ids(self) -> list[int]:
+        return self.tok(CANARY_TEXT, add_special_tokens=False).input_ids
+
+    def _canary(self, want: torch.Tensor, version: int) -> float:
+        """Every server's prompt log-probs of the probe against the trainer's: the largest mean difference."""
+        ids, tol, worst = self._probe_ids(), self.cfg.server.canary_tol or CANARY_TOL[self.dtype], 0.0
+        for s in self.pool.servers:
+            # temperature 1: the processed log-probs are the model's own
+            out = s.request("/v1/completions", {"model": self.current, "prompt": ids, "max_tokens": 1,
+                                                "temperature": 1.0, "seed": 0, "prompt_logprobs": 0})
+            got = torch.tensor([next(iter(d.values()))["logprob"] if len(d) == 1 else d[str(t)]["logprob"]
+                                for d, t in zip(out["choices"][0]["prompt_logprobs"][1:], ids[1:])])
+            diff = float((got - want).abs().mean())
+            if not diff <= tol:  # NaN fails too
+                raise ServerError(f"sync canary: {s} serves other weights than the trainer's version {version} "
+                                  f"(probe log-probs differ by {diff:.3g} on average > {tol:g}, "
+                                  f"rollout.server.canary_tol); it may still hold an old adapter")
+            worst = max(worst, diff)
+        return worst
+
+    def metrics(self) -> dict:
+        return {"rollout/sync_canary/mean_abs_diff": self.canary_diff, "timing_s/server_sync": self.sync_s,
+                "rollout/server/adapters_loaded": float(len(self.loaded))}
+
+    def noise_target(self):
+        raise NotImplementedError("rollout=vllm_server: AQN needs an engine whose weights live in this process")
+
+    # -- sampling -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts, n, sampling: SamplingParams, generator, seeds=None):
+        ids, mask = encode_prompts(self.tok, prompts)  # [B, P] left-padded
+        stop = [self.tok.eos_token_id, *sampling.stop_token_ids]
+        seeds = draw_seeds(generator, len(prompts) * n) if seeds is None else list(seeds)
+        bodies = []
+        for i in range(len(prompts)):
+            prompt = ids[i][mask[i].bool()].tolist()
+            for j in range(n):
+                bodies.append({"model": self.current, "prompt": prompt, "max_tokens": sampling.max_tokens,
+                               "temperature": sampling.temperature, "top_p": sampling.top_p,
+                               "top_k": sampling.top_k or -1, "stop_token_ids": stop, "logprobs": 0,
+                               "return_token_ids": True, "skip_special_tokens": False,
+                               **({"seed": seeds[i * n + j]} if sampling.temperature > 0 else {})})
+        with ThreadPoolExecutor(max_workers=max(1, min(len(bodies), 64 * len(self.pool.servers)))) as ex:
+            outs = list(ex.map(self._complete, bodies))
+        return self._batch(ids, mask, outs, n, set(stop))
+
+    def _complete(self, body: dict) -> dict:
+        server = self.pool.acquire()
+        try:
+            return server.request("/v1/completions", body)["choices"][0]
+        finally:
+            self.pool.release(server)
+
+    def _batch(self, ids, mask, outs: list[dict], n: int, stop_ids: set[int]) -> RolloutBatch:
+        N = len(outs)
+        T = max(1, max(len(o["token_ids"]) for o in outs))
+        comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)  # [N, T]
+        cmask = torch.zeros((N, T), dtype=torch.long)
+        logp = torch.zeros((N, T), dtype=torch.float32)
+        truncated = torch.zeros(N, dtype=torch.bool)
+        for r, o in enumerate(outs):
+            toks = o["token_ids"]
+            comp[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            cmask[r, : len(toks)] = 1
+            logp[r, : len(toks)] = torch.tensor(o["logprobs"]["token_logprobs"], dtype=torch.float32)
+            truncated[r] = o["finish_reason"] == "length"
+        texts = [decode(self.tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
+        group = torch.arange(ids.shape[0]).repeat_interleave(n)
+        tver = torch.where(cmask.bool(), self.version, -1)  # [N, T] the adapter each request named
+        batch = RolloutBatch(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), comp, cmask, logp,
+                             truncated, group, texts, None, token_version=tver)
+        batch.version = torch.full((N,), self.version, dtype=torch.long)
+        return batch
+
+    def close(self) -> None:
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
+        shutil.rmtree(getattr(self, "root", ""), ignore_errors=True)
+
+
+def _server_env(threads: int) -> dict:
+    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_CPU_OMP_THREADS_BIND="nobind",
+               OMP_NUM_THREADS=str(threads))
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # a server runs its engine core as it chooses
+    return env
+
+
+def _probe_logprobs(policy, ids: list[int]) -> torch.Tensor:
+    """The trainer's log-probs of the probe's tokens 1.. (what a server's prompt_logprobs give)."""
+    x = torch.tensor([ids], device=next(policy.parameters()).device)
+    was = policy.training
+    policy.eval()
+    try:
+        with torch.no_grad():
+            lp = token_logprobs(policy, x, torch.ones_like(x), len(ids) - 1)  # [1, P-1]
+    finally:
+        policy.train(was)
+    return lp[0].float().cpu()

@@ -1,0 +1,191 @@
+"""vLLM OpenAI-compatible servers for `rollout=vllm_server`: local ones rlx starts, or running ones it
+is given, behind one pool that routes each request to the least-loaded server.
+
+Local servers bind the loopback address, require an API key generated for the run, write their
+output to a log file of their own, and run in a process group of their own, which `close` (or the
+interpreter's exit) kills, so no server outlives its run. A server that does not become healthy
+in time fails the run with the tail of its log. Remote servers (`rollout.server.urls`) are used
+only when given, with the key from the environment variable `RLX_VLLM_API_KEY`: a key never comes
+from a config file, which Hydra would copy into `.hydra/`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+KEY_ENV = "RLX_VLLM_API_KEY"  # the key of remote servers (rollout.server.urls)
+
+
+class ServerError(RuntimeError):
+    """A server answered with an error, or not at all; the message names the server."""
+
+
+class Server:
+    """One server's address and key, and the requests in flight on it (for least-load routing)."""
+
+    def __init__(self, url: str, key: str | None, timeout_s: float, proc: subprocess.Popen | None = None,
+                 log: Path | None = None):
+        self.url, self.key, self.timeout_s, self.proc, self.log = url.rstrip("/"), key, timeout_s, proc, log
+        self.in_flight = 0
+
+    def __repr__(self) -> str:
+        return f"server {self.url}"
+
+    def request(self, path: str, body: dict | None = None, timeout_s: float | None = None):
+        """POST `body` as JSON (GET when None); the parsed JSON answer, or ServerError naming the server."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        req = urllib.request.Request(self.url + path, data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            raise ServerError(f"{self}{path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise ServerError(f"{self}{path}: {type(e).__name__}: {e}") from None
+        try:
+            return json.loads(raw) if raw.strip() else None
+        except json.JSONDecodeError:  # the LoRA endpoints answer in plain text
+            return raw.decode(errors="replace")
+
+    def healthy(self) -> bool:
+        try:
+            self.request("/health", timeout_s=5.0)
+            return True
+        except ServerError:
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log is None or not self.log.is_file():
+            return "(no log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model_dir: str, port: int, key: str, *, lora_rank: int, max_model_len: int, dtype: str,
+                   seed: int, max_num_seqs: int, kv_cache_gb: float) -> list[str]:
+    """The command line of one local server (vLLM's `vllm` console script fails on the CPU build: its
+    module is run instead). As the colocated engine: processed log-probs (at the sampling temperature),
+    whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
+    blocks would outlive an adapter's version)."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
+            "--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2", "--max-model-len",
+            str(max_model_len), "--dtype", dtype, "--seed", str(seed), "--max-num-seqs", str(max_num_seqs),
+            "--kv-cache-memory-bytes", str(int(kv_cache_gb * (1 << 30))), "--logprobs-mode", "processed_logprobs",
+            "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", "--enforce-eager",
+            "--no-enable-prefix-caching"]
+
+
+def start_local(command: list[str], log: Path, env: dict, url: str, key: str, timeout_s: float) -> Server:
+    """Start one server in its own process group, output to `log`."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return Server(url, key, timeout_s, proc=proc, log=log)
+
+
+def stop(server: Server, grace_s: float = 10.0) -> None:
+    """Kill a local server's whole process group (vLLM starts workers of its own)."""
+    proc = server.proc
+    if proc is None or proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def wait_healthy(servers: list[Server], timeout_s: float) -> None:
+    """Until every server answers /health; a local one that exits or misses the deadline fails the run
+    with its log's tail."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(servers)
+    while pending:
+        for s in list(pending):
+            if s.proc is not None and s.proc.poll() is not None:
+                raise ServerError(f"{s} exited with status {s.proc.returncode} before it was healthy; "
+                                  f"the end of {s.log}:\n{s.log_tail()}")
+            if s.healthy():
+                pending.remove(s)
+        if pending and time.monotonic() > deadline:
+            tails = "\n".join(f"--- {s} ({s.log}):\n{s.log_tail()}" for s in pending)
+            raise ServerError(f"{len(pending)} server(s) not healthy after {timeout_s:.0f} s "
+                              f"(rollout.server.startup_timeout_s):\n{tails}")
+        if pending:
+            time.sleep(1.0)
+
+
+class ServerPool:
+    """The servers of one run, least-load routing, and their shutdown."""
+
+    def __init__(self, servers: list[Server]):
+        self.servers = servers
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    @classmethod
+    def local(cls, n: int, command_for, log_dir: Path, env: dict, timeout_s: float,
+              request_timeout_s: float) -> "ServerPool":
+        """Start `n` local servers (`command_for(port, key)` gives each one's command) and wait for them."""
+        key = secrets.token_urlsafe(24)  # per run: only this process can load adapters or sample
+        log_dir.mkdir(parents=True, exist_ok=True)
+        servers = []
+        for i in range(n):
+            port = free_port()
+            servers.append(start_local(command_for(port, key), log_dir / f"server_{i}.log", env,
+                                       f"http://127.0.0.1:{port}", key, request_timeout_s))
+        pool = cls(servers)
+        try:
+            wait_healthy(servers, timeout_s)
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+
+    @classmethod
+    def remote(cls, urls: list[str], timeout_s: float, request_timeout_s: float) -> "ServerPool":
+        """Running servers at `urls`, with the key from $RLX_VLLM_API_KEY (or none)."""
+        key = os.environ.get(KEY_ENV) or None
+        servers = [Server(u, key, request_timeout_s) for u in urls]
+        wait_healthy(servers, timeout_s)
+        return cls(servers)
+
+    def acquire(self) -> Server:
+        """The server with the fewest requests in flight (ties: the first), counted as busy until release."""
+        with self._lock:
+            s = min(self.servers, key=lambda x: x.in_flight)
+            s.in_flight += 1
+            return s
+
+    def release(self, server: Server) -> None:
+        with self._lock:
+            server.in_flight -= 1
+
+    def close(self) -> None:
+        for s in self.servers:
+            stop(s)

@@ -1,0 +1,245 @@
+"""rollout=vllm_server: the server pool (processes, routing, failures) and the engine's adapter sync and
+sync canary, against stand-in processes and a stand-in HTTP server; the engine on a real vLLM server is
+in the conformance suite (tests/rollout/test_conformance.py, variant vllm-server) and below, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlx.rollout.server.pool import Server, ServerError, ServerPool, start_local, stop, wait_healthy
+from tests.conftest import compose, read_metrics, run_tiny
+
+HEAD_DIM_32 = ["model.hidden_size=64", "model.num_heads=2"]  # vLLM's CPU attention needs head_dim >= 32
+
+
+def test_requests_go_to_the_least_loaded_server():
+    pool = ServerPool([Server(f"http://127.0.0.1:{p}", None, 1.0) for p in (1, 2, 3)])
+    a, b, c = pool.acquire(), pool.acquire(), pool.acquire()
+    assert [s.url[-1] for s in (a, b, c)] == ["1", "2", "3"]  # each free one in turn
+    pool.release(b)
+    assert pool.acquire() is b  # the one that finished takes the next request
+    assert [s.in_flight for s in pool.servers] == [1, 1, 1]
+
+
+def test_a_server_that_dies_before_it_is_healthy_fails_with_its_log(tmp_path):
+    cmd = [sys.executable, "-c", "import sys; print('no such model: /m', flush=True); sys.exit(3)"]
+    s = start_local(cmd, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", "k", 1.0)
+    with pytest.raises(ServerError, match=r"exited with status 3 before it was healthy(.|\n)*no such model: /m"):
+        wait_healthy([s], timeout_s=60)
+
+
+def test_a_server_never_healthy_fails_after_the_timeout_with_its_log(tmp_path):
+    cmd = [sys.executable, "-c", "import time; print('loading weights', flush=True); time.sleep(60)"]
+    s = start_local(cmd, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", "k", 1.0)
+    try:
+        with pytest.raises(ServerError, match=r"not healthy after 2 s(.|\n)*loading weights"):
+            wait_healthy([s], timeout_s=2)
+    finally:
+        stop(s)
+
+
+def test_closing_the_pool_leaves_no_process_of_the_server_behind(tmp_path):
+    """A server starts workers of its own (vLLM's engine core): close kills its whole process group."""
+    child = tmp_path / "child.pid"
+    cmd = [sys.executable, "-c", "import subprocess, sys, time; "
+           f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+           f"open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(120)"]
+    s = start_local(cmd, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", "k", 1.0)
+    for _ in range(100):
+        if child.exists() and child.read_text():
+            break
+        time.sleep(0.1)
+    pids = [s.proc.pid, int(child.read_text())]
+    ServerPool([s]).close()
+    time.sleep(0.5)
+    assert [_alive(pid) for pid in pids] == [False, False]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed grandchild may linger as a zombie where nothing reaps it: that is not alive)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+class _Fake(BaseHTTPRequestHandler):
+    """A stand-in for vLLM's OpenAI-compatible server: the LoRA endpoints, and completions whose prompt
+    log-probs are the trainer's own plus `shift` (a server serving other weights when shift != 0)."""
+
+    want: list[float] = []
+    shift = 0.0
+    seen: list[tuple[str, dict, str | None]] = []
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append((self.path, body, self.headers.get("Authorization")))
+        if self.path == "/v1/completions":
+            plp = [None] + [{str(t): {"logprob": w + self.shift}} for t, w in zip(body["prompt"][1:], self.want)]
+            out = json.dumps({"choices": [{"prompt_logprobs": plp}]}).encode()
+        else:
+            out = b"Success"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Fake)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _Fake.seen, _Fake.shift = [], 0.0
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def _engine_on(url: str, tmp_path: Path, **server):
+    """A VLLMServerEngine wired to `url` without starting anything (what __init__ sets, by hand)."""
+    from omegaconf import OmegaConf
+
+    from rlx.rollout.config import RolloutConfig
+    from rlx.rollout.server.engine import VLLMServerEngine
+    from rlx.models.tokenizer import build_char_tokenizer
+
+    e = VLLMServerEngine.__new__(VLLMServerEngine)
+    e.cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": "vllm_server", "server": server})
+    e.tok, e.dtype = build_char_tokenizer(), torch.float32
+    e.root = tmp_path / "adapters"
+    e.root.mkdir()
+    e.pool = ServerPool([Server(url, "run-key", 5.0)])
+    e.loaded, e.keep, e._exports, e.version, e.current = {}, 2, 0, -1, None
+    e.sync_s, e.canary_diff = 0.0, float("nan")
+    return e
+
+
+def _adapter(e, i: int) -> Path:
+    path = e.root / f"adapter_{i}"
+    path.mkdir()
+    return path
+
+
+def test_sync_loads_the_adapter_on_the_server_checks_it_and_retires_old_versions(fake_server, tmp_path):
+    e = _engine_on(fake_server, tmp_path)
+    want = torch.tensor([-1.0, -2.0, -0.5])
+    _Fake.want = want.tolist()
+    for v in (0, 1, 2):
+        e.load_weights((_adapter(e, v + 1), want), v)
+    loads = [b for path, b, _ in _Fake.seen if path == "/v1/load_lora_adapter"]
+    assert [b["lora_name"] for b in loads] == ["rlx-v0-adapter_1", "rlx-v1-adapter_2", "rlx-v2-adapter_3"]
+    unloaded = [b["lora_name"] for path, b, _ in _Fake.seen if path == "/v1/unload_lora_adapter"]
+    assert unloaded == ["rlx-v0-adapter_1"] and sorted(e.loaded) == [1, 2]  # keep = 2 versions
+    assert not (e.root / "adapter_1").exists() and (e.root / "adapter_3").is_dir()
+    probes = [b for path, b, _ in _Fake.seen if path == "/v1/completions"]
+    assert [b["model"] for b in probes] == ["rlx-v0-adapter_1", "rlx-v1-adapter_2", "rlx-v2-adapter_3"]
+    assert e.canary_diff == 0.0 and e.version == 2 and e.current == "rlx-v2-adapter_3"
+    assert {auth for _, _, auth in _Fake.seen} == {"Bearer run-key"}  # every call carries the run's key
+
+
+def test_a_server_serving_other_weights_stops_the_run_naming_it_and_the_version(fake_server, tmp_path):
+    e = _engine_on(fake_server, tmp_path)
+    _Fake.want, _Fake.shift = [-1.0, -2.0, -0.5], 0.05  # an old adapter: log-probs 0.05 off on every token
+    with pytest.raises(ServerError, match=rf"sync canary: server {fake_server} serves other weights than the "
+                                          r"trainer's version 4 \(probe log-probs differ by 0.05 on average"):
+        e.load_weights((_adapter(e, 1), torch.tensor(_Fake.want)), 4)
+    e.cfg.server.canary_tol = 0.1  # a looser tolerance lets the same server pass
+    e.load_weights((_adapter(e, 2), torch.tensor(_Fake.want)), 5)
+    assert e.canary_diff == pytest.approx(0.05)
+
+
+def test_an_adapter_path_outside_the_run_directory_is_never_sent(fake_server, tmp_path):
+    e = _engine_on(fake_server, tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with pytest.raises(ValueError, match="refusing to load .*elsewhere, outside the run's adapter directory"):
+        e.load_weights((outside, torch.zeros(3)), 0)
+    assert _Fake.seen == []
+
+
+@pytest.mark.parametrize("server, match", [
+    ({"num": 0}, "give either rollout.server.num >= 1"),
+    ({"num": 1, "urls": ["http://node2:8000"]}, "give either rollout.server.num >= 1"),
+    ({"threads": 0}, "rollout.server.threads must be > 0"),
+    ({"canary_tol": -1.0}, "rollout.server.canary_tol must be >= 0"),
+])
+def test_bad_server_settings_are_refused_before_any_model_is_built(tmp_path, server, match):
+    from rlx.preflight import check
+
+    overrides = ["rollout=vllm_server", f"model.cache_dir={tmp_path}"] + [
+        f"rollout.server.{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in server.items()]
+    with pytest.raises(ValueError, match=match):
+        check(compose(overrides))
+    assert not any(tmp_path.iterdir())
+
+
+def test_what_the_server_engine_does_not_do_is_refused_by_name(tmp_path):
+    from rlx.preflight import check
+
+    for extra, what in ((["noise=aqn"], "with noise=aqn"), (["quant=nvfp4"], "with quant.format=nvfp4"),
+                        (["model.num_heads=8"], r"\(local servers\): the model's head_dim 16")):
+        with pytest.raises(ValueError, match=f"rollout=vllm_server {what}"):
+            check(compose(["rollout=vllm_server", *extra]))
+
+
+def test_trains_end_to_end_on_a_local_server_with_canary_and_sync_metrics(tmp_path):
+    """The default experiment's loop on one local vLLM server (sync mode): every step's tokens come from
+    the version just synced, the server's log-probs are the trainer's (fp32), and the canary held."""
+    s = run_tiny(tmp_path, HEAD_DIM_32 + ["rollout=vllm_server", "train.steps=3", "train.eval_every=3", "train.ckpt_every=3",
+                            "task.n_train=60", "task.n_eval=8", "model.sft.steps=60", "rollout.eval_k=0"])
+    assert s["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path) if r["step"] >= 1]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["rollout/staleness/max"] == 0 and r["rollout/logprob_diff/max"] < 1e-4
+        assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3 and r["rollout/server/adapters_loaded"] >= 1
+        assert r["timing_s/server_sync"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, servers", [("stale", 2), ("async", 1)])
+def test_trains_end_to_end_on_servers_off_policy(tmp_path, mode, servers):
+    s = run_tiny(tmp_path, HEAD_DIM_32 + ["rollout=vllm_server", f"rollout.server.num={servers}", f"rollout.mode={mode}",
+                            "rollout.max_staleness=2", "train.steps=4", "train.eval_every=4", "train.ckpt_every=4",
+                            "task.n_train=60", "task.n_eval=8", "model.sft.steps=60", "rollout.eval_k=0"])
+    assert s["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path) if r["step"] >= 1]
+    assert max(r["rollout/staleness/max"] for r in rows) >= 1  # off-policy data reached the loss
+    assert all(r["rollout/staleness/max"] <= 2 for r in rows)
+
+
+def test_the_canary_catches_a_real_server_still_serving_the_old_adapter(served):
+    """On a real vLLM server: the trainer's policy moves on (its LoRA B changes), the server keeps the old
+    adapter; the canary, given the trainer's new probe log-probs, stops the run naming server and version."""
+    from rlx.rollout.server.engine import _probe_logprobs
+
+    engine, policy, _ = served["vllm-server"]
+    engine.sync(policy, engine.version + 1)
+    assert engine.canary_diff < 1e-3  # same weights: fp32 server and trainer agree
+    saved = {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_B" in n}
+    try:
+        with torch.no_grad():
+            for n, p in policy.named_parameters():
+                if "lora_B" in n:
+                    p.mul_(1.5)  # an update the server never received
+        moved = _probe_logprobs(policy, engine._probe_ids())
+        with pytest.raises(ServerError, match=rf"sync canary: server {engine.pool.servers[0].url} serves other "
+                                              rf"weights than the trainer's version {engine.version + 1}"):
+            engine._canary(moved, engine.version + 1)
+    finally:
+        with torch.no_grad():
+            for n, p in policy.named_parameters():
+                if n in saved:
+                    p.copy_(saved[n])
