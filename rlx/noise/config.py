@@ -49,6 +49,8 @@ class NoiseConfig:
     def __post_init__(self) -> None:
         if self.type not in NOISE_TYPE_NAMES:
             raise ValueError(f"unknown noise.type '{self.type}'; choose one of {sorted(NOISE_TYPE_NAMES)}")
+        if self.type == "none":  # nothing reads the schedule (as before: the injector checked it when built)
+            return
         if self.schedule not in SCHEDULE_NAMES:
             raise ValueError(f"unknown noise.schedule '{self.schedule}'; choose one of {sorted(SCHEDULE_NAMES)}")
         for name in ("sigma_start", "sigma_end"):
