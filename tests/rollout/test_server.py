@@ -243,3 +243,35 @@ def test_the_canary_catches_a_real_server_still_serving_the_old_adapter(served):
             for n, p in policy.named_parameters():
                 if n in saved:
                     p.copy_(saved[n])
+
+
+def test_a_remote_server_that_stops_answering_leaves_the_pool_and_its_request_is_resent(fake_server, tmp_path,
+                                                                                         capsys):
+    e = _engine_on(fake_server, tmp_path)
+    dead = Server(f"http://127.0.0.1:{_closed_port()}", "run-key", 5.0)  # remote (no process): nothing listens
+    e.pool.servers.insert(0, dead)  # the least-loaded tie goes to it first
+    _Fake.want = [-1.0]
+    out = e._complete({"model": "base", "prompt": [1, 2]})
+    assert "prompt_logprobs" in out and [s.url for s in e.pool.servers] == [fake_server]
+    assert f"{dead} stopped answering" in capsys.readouterr().out
+    assert [s.in_flight for s in e.pool.servers] == [0]
+    e.pool.servers = [dead]
+    with pytest.raises(ServerError, match="no server left in the pool"):
+        e._complete({"model": "base", "prompt": [1, 2]})
+
+
+def test_a_local_server_that_stops_answering_stops_the_run(tmp_path):
+    e = _engine_on(f"http://127.0.0.1:{_closed_port()}", tmp_path)
+    e.pool.servers[0].proc = object()  # a local server: restarting it is not built, so its error stops the run
+    try:
+        with pytest.raises(ServerError, match="ConnectionRefusedError|Connection refused"):
+            e._complete({"model": "base", "prompt": [1, 2]})
+        assert len(e.pool.servers) == 1
+    finally:
+        e.pool.servers[0].proc = None  # nothing to stop at exit
+
+
+def _closed_port() -> int:
+    from rlx.rollout.server.pool import free_port
+
+    return free_port()  # bound and released at once: nothing listens there

@@ -121,8 +121,13 @@ class VLLMServerEngine(RolloutEngine):
             raise ValueError(f"rollout=vllm_server: refusing to load {path}, outside the run's adapter "
                              f"directory {self.root}")
         name = f"rlx-v{int(version)}-{path.name}"
-        for s in self.pool.servers:
-            s.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        for s in list(self.pool.servers):
+            try:
+                s.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            except ServerError as e:
+                if not e.unreachable:
+                    raise
+                self.pool.drop(s, e)
         self.loaded[int(version)], self.current, self.version = name, name, int(version)
         if self.cfg.server.canary:
             self.canary_diff = self._canary(want, version)
@@ -186,11 +191,18 @@ class VLLMServerEngine(RolloutEngine):
         return self._batch(ids, mask, outs, n, set(stop))
 
     def _complete(self, body: dict) -> dict:
-        server = self.pool.acquire()
-        try:
-            return server.request("/v1/completions", body)["choices"][0]
-        finally:
-            self.pool.release(server)
+        """One request on the least-loaded server; re-sent elsewhere if a remote server stops answering
+        (its seed makes the sample the same on any server)."""
+        while True:
+            server = self.pool.acquire()
+            try:
+                return server.request("/v1/completions", body)["choices"][0]
+            except ServerError as e:
+                if not e.unreachable:
+                    raise
+                self.pool.drop(server, e)
+            finally:
+                self.pool.release(server)
 
     def _batch(self, ids, mask, outs: list[dict], n: int, stop_ids: set[int]) -> RolloutBatch:
         N = len(outs)

@@ -25,11 +25,17 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from rlx.run.logging import say
+
 KEY_ENV = "RLX_VLLM_API_KEY"  # the key of remote servers (rollout.server.urls)
 
 
 class ServerError(RuntimeError):
-    """A server answered with an error, or not at all; the message names the server."""
+    """A server answered with an error, or not at all (`unreachable`); the message names the server."""
+
+    def __init__(self, msg: str, unreachable: bool = False):
+        super().__init__(msg)
+        self.unreachable = unreachable
 
 
 class Server:
@@ -56,7 +62,7 @@ class Server:
         except urllib.error.HTTPError as e:
             raise ServerError(f"{self}{path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}") from None
         except (urllib.error.URLError, OSError) as e:
-            raise ServerError(f"{self}{path}: {type(e).__name__}: {e}") from None
+            raise ServerError(f"{self}{path}: {type(e).__name__}: {e}", unreachable=True) from None
         try:
             return json.loads(raw) if raw.strip() else None
         except json.JSONDecodeError:  # the LoRA endpoints answer in plain text
@@ -185,6 +191,19 @@ class ServerPool:
     def release(self, server: Server) -> None:
         with self._lock:
             server.in_flight -= 1
+
+    def drop(self, server: Server, error: ServerError) -> None:
+        """Take a remote server that stopped answering out of the pool, with a warning; with none left the
+        run stops. (A local one is not dropped: restarting it is not built yet, so its error stops the run.)"""
+        if server.proc is not None:
+            raise error
+        with self._lock:
+            if server in self.servers:
+                self.servers.remove(server)
+                say(f"[warn] rollout=vllm_server: {server} stopped answering ({error}); taken out of the pool, "
+                    f"{len(self.servers)} left")
+            if not self.servers:
+                raise ServerError(f"rollout=vllm_server: no server left in the pool (the last: {error})")
 
     def close(self) -> None:
         for s in self.servers:
