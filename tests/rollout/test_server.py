@@ -260,15 +260,34 @@ def test_a_remote_server_that_stops_answering_leaves_the_pool_and_its_request_is
         e._complete({"model": "base", "prompt": [1, 2]})
 
 
-def test_a_local_server_that_stops_answering_stops_the_run(tmp_path):
+def test_a_local_server_without_its_command_cannot_be_restarted_and_stops_the_run(tmp_path):
     e = _engine_on(f"http://127.0.0.1:{_closed_port()}", tmp_path)
-    e.pool.servers[0].proc = object()  # a local server: restarting it is not built, so its error stops the run
+    e.pool.servers[0].proc = object()  # local, but not started by the pool: nothing to restart it with
     try:
-        with pytest.raises(ServerError, match="ConnectionRefusedError|Connection refused"):
+        with pytest.raises(ServerError, match="stopped answering and cannot be restarted .*Connection refused"):
             e._complete({"model": "base", "prompt": [1, 2]})
         assert len(e.pool.servers) == 1
     finally:
         e.pool.servers[0].proc = None  # nothing to stop at exit
+
+
+def test_a_killed_local_server_is_restarted_reloads_its_adapters_and_samples_the_same(served):
+    """kill -9 of a real local server's process group between two calls: the next request restarts it on
+    its port, the adapter it was serving is loaded again, and the same seeds give the same samples."""
+    from rlx.rollout.base import SamplingParams
+
+    engine, _, _ = served["vllm-server"]
+    sp, seeds = SamplingParams(temperature=1.0, max_tokens=8), list(range(100, 108))
+    before = engine.generate(["3+4=", "12-5="], 4, sp, torch.Generator(), seeds=seeds)
+    server = engine.pool.servers[0]
+    import signal
+
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=30)
+    after = engine.generate(["3+4=", "12-5="], 4, sp, torch.Generator(), seeds=seeds)
+    assert server.restarts == 1 and server.healthy()
+    assert torch.equal(before.completion_ids, after.completion_ids) and before.texts == after.texts
+    assert torch.allclose(before.logprobs, after.logprobs, atol=1e-5)
 
 
 def _closed_port() -> int:

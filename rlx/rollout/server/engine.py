@@ -87,6 +87,7 @@ class VLLMServerEngine(RolloutEngine):
             logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each
             self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads),
                                          sc.startup_timeout_s, sc.request_timeout_s)
+        self.pool.on_restart = self._reload
         self.loaded: dict[int, str] = {}  # version -> adapter name on every server
         self.keep = int(cfg.max_staleness) + 2  # stale mode asks again for versions up to k updates old
         self._exports = 0
@@ -134,6 +135,12 @@ class VLLMServerEngine(RolloutEngine):
         for v in sorted(self.loaded)[: -self.keep]:
             self._retire(v)
         self.sync_s = time.time() - t0
+
+    def _reload(self, server) -> None:
+        """A restarted server loads every adapter version the schedule may still name."""
+        for name in self.loaded.values():
+            path = self.root / name.split("-", 2)[2]
+            server.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
 
     def _retire(self, version: int) -> None:
         name = self.loaded.pop(version)
@@ -191,8 +198,8 @@ class VLLMServerEngine(RolloutEngine):
         return self._batch(ids, mask, outs, n, set(stop))
 
     def _complete(self, body: dict) -> dict:
-        """One request on the least-loaded server; re-sent elsewhere if a remote server stops answering
-        (its seed makes the sample the same on any server)."""
+        """One request on the least-loaded server; re-sent when a server stops answering (a local one is
+        restarted first, a remote one leaves the pool): its seed makes the sample the same on any server."""
         while True:
             server = self.pool.acquire()
             try:

@@ -42,9 +42,12 @@ class Server:
     """One server's address and key, and the requests in flight on it (for least-load routing)."""
 
     def __init__(self, url: str, key: str | None, timeout_s: float, proc: subprocess.Popen | None = None,
-                 log: Path | None = None):
+                 log: Path | None = None, command: list[str] | None = None, env: dict | None = None):
         self.url, self.key, self.timeout_s, self.proc, self.log = url.rstrip("/"), key, timeout_s, proc, log
+        self.command, self.env = command, env  # a local server's, to restart it
         self.in_flight = 0
+        self.restarts = 0
+        self.restart_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"server {self.url}"
@@ -106,7 +109,7 @@ def start_local(command: list[str], log: Path, env: dict, url: str, key: str, ti
     """Start one server in its own process group, output to `log`."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return Server(url, key, timeout_s, proc=proc, log=log)
+    return Server(url, key, timeout_s, proc=proc, log=log, command=command, env=env)
 
 
 def stop(server: Server, grace_s: float = 10.0) -> None:
@@ -149,8 +152,10 @@ def wait_healthy(servers: list[Server], timeout_s: float) -> None:
 class ServerPool:
     """The servers of one run, least-load routing, and their shutdown."""
 
-    def __init__(self, servers: list[Server]):
+    def __init__(self, servers: list[Server], startup_timeout_s: float = 900.0):
         self.servers = servers
+        self.startup_timeout_s = startup_timeout_s
+        self.on_restart = None  # callable(server): what a restarted server must load again (the adapters)
         self._lock = threading.Lock()
         atexit.register(self.close)
 
@@ -165,7 +170,7 @@ class ServerPool:
             port = free_port()
             servers.append(start_local(command_for(port, key), log_dir / f"server_{i}.log", env,
                                        f"http://127.0.0.1:{port}", key, request_timeout_s))
-        pool = cls(servers)
+        pool = cls(servers, timeout_s)
         try:
             wait_healthy(servers, timeout_s)
         except BaseException:
@@ -179,7 +184,7 @@ class ServerPool:
         key = os.environ.get(KEY_ENV) or None
         servers = [Server(u, key, request_timeout_s) for u in urls]
         wait_healthy(servers, timeout_s)
-        return cls(servers)
+        return cls(servers, timeout_s)
 
     def acquire(self) -> Server:
         """The server with the fewest requests in flight (ties: the first), counted as busy until release."""
@@ -193,10 +198,12 @@ class ServerPool:
             server.in_flight -= 1
 
     def drop(self, server: Server, error: ServerError) -> None:
-        """Take a remote server that stopped answering out of the pool, with a warning; with none left the
-        run stops. (A local one is not dropped: restarting it is not built yet, so its error stops the run.)"""
+        """A server stopped answering. A local one is restarted on its port (once per failure, whichever
+        request sees it first) and loads again what `on_restart` gives it; a remote one is taken out of
+        the pool, with a warning; with none left the run stops."""
         if server.proc is not None:
-            raise error
+            self.restart(server, error)
+            return
         with self._lock:
             if server in self.servers:
                 self.servers.remove(server)
@@ -204,6 +211,24 @@ class ServerPool:
                     f"{len(self.servers)} left")
             if not self.servers:
                 raise ServerError(f"rollout=vllm_server: no server left in the pool (the last: {error})")
+
+    def restart(self, server: Server, error: ServerError) -> None:
+        with server.restart_lock:
+            if server.healthy():  # another request's thread restarted it already
+                return
+            if server.command is None or server.restarts >= 3:
+                raise ServerError(f"{server} stopped answering and cannot be restarted "
+                                  f"({server.restarts} restarts so far): {error}") from None
+            say(f"[warn] rollout=vllm_server: {server} stopped answering ({error}); restarting it "
+                f"(log: {server.log})")
+            stop(server)
+            server.restarts += 1
+            with open(server.log, "ab") as out:
+                server.proc = subprocess.Popen(server.command, stdout=out, stderr=subprocess.STDOUT, env=server.env,
+                                               start_new_session=True)
+            wait_healthy([server], self.startup_timeout_s)
+            if self.on_restart is not None:
+                self.on_restart(server)
 
     def close(self) -> None:
         for s in self.servers:
