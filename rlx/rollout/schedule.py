@@ -164,7 +164,7 @@ class AsyncSchedule(SyncSchedule):
         self.error: BaseException | None = None
         self.stop = False
         self.started = False
-        self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0}
+        self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0, "dropped_rows": 0}
         self.engine.between_steps = self._apply_pending
         self.thread = threading.Thread(target=self._loop, name="rlx-generator", daemon=True)
 
@@ -223,6 +223,7 @@ class AsyncSchedule(SyncSchedule):
                     _, old = self.queue.popleft()  # too stale for the bound: never reaches the loss
                     self.stats["dropped"] += 1
                     self.stats["dropped_tokens"] += int(old.completion_mask.sum())
+                    self.stats["dropped_rows"] += len(old)
                 if self.queue:
                     taken.append(self.queue.popleft())
                     self.cond.notify_all()
@@ -237,7 +238,12 @@ class AsyncSchedule(SyncSchedule):
                                 "rollout/dropped_stale_groups": self.stats["dropped"],
                                 "rollout/dropped_stale_tokens": self.stats["dropped_tokens"],
                                 "rollout/queue_groups": len(self.queue)})
-                self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0}
+                st = self.stats
+                if st["dropped_rows"]:  # dropping stale groups biases toward short rollouts: compare with
+                    # response_length/mean (what was kept)
+                    metrics["rollout/dropped_stale_length/mean"] = st["dropped_tokens"] / st["dropped_rows"]
+                self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0,
+                              "dropped_rows": 0}
         examples = [e for e, _ in taken]
         parts = []
         for i, (_, b) in enumerate(taken):

@@ -92,6 +92,7 @@ def test_async_drops_groups_beyond_the_bound_and_counts_them():
         m = {}
         ex, b = s.generate(None, 2, 5, metrics=m)
         assert m["rollout/dropped_stale_groups"] == 2 and m["rollout/dropped_stale_tokens"] == 2 * 2 * 4
+        assert m["rollout/dropped_stale_length/mean"] == 4.0  # 16 tokens over the 4 dropped rows
         assert int((4 - b.version).max()) <= 1
     finally:
         s.close()
