@@ -294,3 +294,36 @@ def _closed_port() -> int:
     from rlx.rollout.server.pool import free_port
 
     return free_port()  # bound and released at once: nothing listens there
+
+
+def test_a_trainer_killed_with_kill_9_leaves_no_server_behind(tmp_path):
+    """The trainer runs no cleanup under kill -9: each server's watchdog sees its parent gone and kills
+    the server's whole process group."""
+    import signal
+    import subprocess
+
+    pid_file = tmp_path / "server.pid"
+    trainer = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from rlx.rollout.server.pool import start_local\n"
+        f"cmd = [sys.executable, '-c', 'import os, time; open({json.dumps(str(pid_file))}, \"w\").write(str(os.getpid())); "
+        "time.sleep(300)']\n"
+        f"start_local(cmd, Path({str(tmp_path / 'server_0.log')!r}), dict(os.environ), 'http://127.0.0.1:9', 'k', 1.0)\n"
+        "time.sleep(300)\n")], env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    try:
+        for _ in range(300):
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.1)
+        server = int(pid_file.read_text())
+        assert _alive(server)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=30)
+        for _ in range(100):
+            if not _alive(server):
+                break
+            time.sleep(0.1)
+        assert not _alive(server)  # gone within ~10 s of the trainer
+    finally:
+        trainer.kill()

@@ -105,11 +105,29 @@ def server_command(model_dir: str, port: int, key: str, *, lora_rank: int, max_m
             "--no-enable-prefix-caching"]
 
 
-def start_local(command: list[str], log: Path, env: dict, url: str, key: str, timeout_s: float) -> Server:
-    """Start one server in its own process group, output to `log`."""
+# The leader of a local server's process group: it runs the server, and kills the whole group once the
+# process that started it is gone (a trainer killed with kill -9 runs no cleanup: no orphan server stays).
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+parent = int(sys.argv[1])
+child = subprocess.Popen(sys.argv[2:])
+while child.poll() is None:
+    if os.getppid() != parent:
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(1.0)
+sys.exit(child.returncode)
+"""
+
+
+def _spawn(command: list[str], log: Path, env: dict) -> subprocess.Popen:
     with open(log, "ab") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return Server(url, key, timeout_s, proc=proc, log=log, command=command, env=env)
+        return subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *command], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def start_local(command: list[str], log: Path, env: dict, url: str, key: str, timeout_s: float) -> Server:
+    """Start one server under its watchdog in a process group of their own, output to `log`."""
+    return Server(url, key, timeout_s, proc=_spawn(command, log, env), log=log, command=command, env=env)
 
 
 def stop(server: Server, grace_s: float = 10.0) -> None:
@@ -223,9 +241,7 @@ class ServerPool:
                 f"(log: {server.log})")
             stop(server)
             server.restarts += 1
-            with open(server.log, "ab") as out:
-                server.proc = subprocess.Popen(server.command, stdout=out, stderr=subprocess.STDOUT, env=server.env,
-                                               start_new_session=True)
+            server.proc = _spawn(server.command, server.log, server.env)
             wait_healthy([server], self.startup_timeout_s)
             if self.on_restart is not None:
                 self.on_restart(server)
