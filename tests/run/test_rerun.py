@@ -56,6 +56,24 @@ def test_keys_that_change_no_number_may_change_or_appear_at_resume():
     assert config_changes(saved, cfg) == ["rollout.eval_top_p: 0.9 -> None"]
 
 
+def test_a_run_on_another_engine_resumes_across_the_server_engine_keys():
+    """rollout.server.* (added after runs had started) is read only by rollout=vllm_server: an hf or vllm run
+    from before it resumes; a server run compares them like any key."""
+    from omegaconf import OmegaConf
+
+    from rlx.run.resume import config_changes
+    from tests.conftest import TINY, compose
+
+    cfg = compose(TINY)
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    del saved["rollout"]["server"]  # a run started before the keys existed
+    assert config_changes(saved, compose(TINY + ["rollout.server.threads=4"])) == []
+    server = compose(TINY + ["rollout=vllm_server"])
+    saved = OmegaConf.to_container(server, resolve=True)
+    assert config_changes(saved, compose(TINY + ["rollout=vllm_server", "rollout.server.threads=4"])) == [
+        "rollout.server.threads: 1 -> 4"]
+
+
 @pytest.mark.parametrize("how", ["enospc", "torch_zip_writer"])
 def test_disk_full_during_a_save_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, how):
     import errno
