@@ -29,18 +29,12 @@ from rlx.models.forward import token_logprobs
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
+from rlx.rollout.vllm import _vllm_rank
 
 # the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
 # with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
 CANARY_TOL = {torch.float32: 1e-3, torch.bfloat16: 0.1}
 CANARY_TEXT = "12+30=42"  # the probe: short, so that it fits the smallest context a task needs
-
-
-def _vllm_rank(r: int) -> int:
-    for slot in (8, 16, 32, 64, 128, 256, 320, 512):
-        if r <= slot:
-            return slot
-    raise ValueError(f"model.lora.r={r}: vLLM serves LoRA ranks up to 512")
 
 
 class VLLMServerEngine(RolloutEngine):
