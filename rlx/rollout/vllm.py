@@ -110,6 +110,12 @@ def check_whole_prefills(sched) -> None:
                            f"long_prefill_token_threshold={sched.long_prefill_token_threshold}")
 
 
+def engine_max_model_len(vllm_cfg, base_dir, max_len: int | None) -> int:
+    """rollout.vllm.max_model_len, or (0) the run's longest sequence capped by the model's positions."""
+    limit = int(json.loads((Path(base_dir) / "config.json").read_text()).get("max_position_embeddings", 2048))
+    return int(vllm_cfg.max_model_len) or min(limit, max_len or limit)
+
+
 def _lora_layers(policy):
     from peft.tuners.lora import LoraLayer
 
@@ -197,9 +203,7 @@ class VLLMEngine(RolloutEngine):
         self.cfg = cfg
         self.dtype = trainer.dtype
         self.on_cpu = _on_cpu(vllm)
-        hf_cfg = json.loads((Path(base_dir) / "config.json").read_text())
-        limit = int(hf_cfg.get("max_position_embeddings", 2048))
-        max_model_len = int(cfg.vllm.max_model_len) or min(limit, max_len or limit)
+        max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
         self.mode = sync_mode(cfg.vllm.sync, quant_format, lora=hasattr(policy, "peft_config"))
         self._tmp = tempfile.mkdtemp(prefix="rlx-vllm-")  # adapters (and a quantized export) live here
         serve_dir = base_dir

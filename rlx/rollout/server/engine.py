@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -29,7 +28,7 @@ from rlx.models.forward import token_logprobs
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
-from rlx.rollout.vllm import _vllm_rank
+from rlx.rollout.vllm import _vllm_rank, engine_max_model_len
 
 # the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
 # with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
@@ -65,7 +64,7 @@ class VLLMServerEngine(RolloutEngine):
                  log_dir=None):
         if base_dir is None:
             raise ValueError("rollout=vllm_server needs the base model directory (config.json) the servers load")
-        self.cfg, self.tok, self.dtype, self.device = cfg, tokenizer, trainer.dtype, trainer.device
+        self.cfg, self.tok, self.dtype = cfg, tokenizer, trainer.dtype
         self.root = Path(tempfile.mkdtemp(prefix="rlx-adapters-"))  # the only paths a server is told to load
         sc = cfg.server
         if sc.urls:
@@ -73,8 +72,7 @@ class VLLMServerEngine(RolloutEngine):
         else:
             rank = _vllm_rank(max(int(policy.peft_config[a].r) for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
-            limit = int(json.loads((Path(base_dir) / "config.json").read_text()).get("max_position_embeddings", 2048))
-            max_model_len = int(cfg.vllm.max_model_len) or min(limit, max_len or limit)
+            max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
             command = lambda port, key: server_command(  # noqa: E731
                 str(base_dir), port, key, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
                 seed=seed, max_num_seqs=int(cfg.vllm.max_num_seqs), kv_cache_gb=float(cfg.vllm.kv_cache_gb))
@@ -82,7 +80,7 @@ class VLLMServerEngine(RolloutEngine):
             self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads),
                                          sc.startup_timeout_s, sc.request_timeout_s)
         self.pool.on_restart = self._reload
-        self.loaded: dict[int, str] = {}  # version -> adapter name on every server
+        self.loaded: dict[int, tuple[str, Path]] = {}  # version -> (adapter name on every server, its directory)
         self.keep = int(cfg.max_staleness) + 2  # stale mode asks again for versions up to k updates old
         self._exports = 0
         self.version = -1
@@ -103,7 +101,7 @@ class VLLMServerEngine(RolloutEngine):
 
     def sync(self, policy, version: int) -> None:
         if version in self.loaded:  # stale mode asks again for a version the servers still hold
-            self.current, self.version = self.loaded[version], int(version)
+            self.current, self.version = self.loaded[version][0], int(version)
             return
         self.load_weights(self.export_weights(policy), version)
 
@@ -123,7 +121,7 @@ class VLLMServerEngine(RolloutEngine):
                 if not e.unreachable:
                     raise
                 self.pool.drop(s, e)
-        self.loaded[int(version)], self.current, self.version = name, name, int(version)
+        self.loaded[int(version)], self.current, self.version = (name, path), name, int(version)
         if self.cfg.server.canary:
             self.canary_diff = self._canary(want, version)
         for v in sorted(self.loaded)[: -self.keep]:
@@ -132,18 +130,17 @@ class VLLMServerEngine(RolloutEngine):
 
     def _reload(self, server) -> None:
         """A restarted server loads every adapter version the schedule may still name."""
-        for name in self.loaded.values():
-            path = self.root / name.split("-", 2)[2]
+        for name, path in self.loaded.values():
             server.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
 
     def _retire(self, version: int) -> None:
-        name = self.loaded.pop(version)
+        name, path = self.loaded.pop(version)
         for s in self.pool.servers:
             try:
                 s.request("/v1/unload_lora_adapter", {"lora_name": name})
             except ServerError:
                 pass  # a server that cannot unload keeps serving the newer names; nothing asks for this one
-        shutil.rmtree(self.root / name.split("-", 2)[2], ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
 
     def _probe_ids(self) -> list[int]:
         return self.tok(CANARY_TEXT, add_special_tokens=False).input_ids
