@@ -28,7 +28,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from rlx.algo import Shaping, Update, mismatch_split, zero_variance_groups
+from rlx.algo import Shaping, Update, mismatch_split
 from rlx.run.device import DeviceSpec, seed_everything
 from rlx.run import distributed as dist
 from rlx.run.checkpoint import Checkpointer
@@ -43,6 +43,7 @@ from rlx.noise import build_noise
 from rlx.preflight import check
 from rlx.run.resume import Resumable, RunState
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
+from rlx.rollout.metrics import rollout_metrics
 from rlx.rollout.schedule import build_schedule
 from rlx.run.records import read_metrics
 from rlx.tasks import build_task
@@ -161,35 +162,19 @@ def generate(schedule, policy, curriculum, n: int, step: int, metrics: dict | No
     return schedule.generate(policy, n, step, skip=skip, metrics=metrics)
 
 
-def refill(schedule, policy, curriculum, task, shaping, step: int, n: int):
-    """Dynamic sampling's source of fresh groups: generate and score n more prompts (overlong-shaped)."""
+def refill(schedule, policy, curriculum, task, shaping, step: int, consumed: list, n: int):
+    """Dynamic sampling's source of fresh groups: generate and score n more prompts (overlong-shaped);
+    their examples join `consumed` (the step's prompts)."""
     examples, batch = generate(schedule, policy, curriculum, n, step)
+    consumed += examples
     return batch, shaping.rewards(batch, score(task, examples, batch)[1])
 
 
-def rollout_metrics(task, batch, rewards, per_fn, passed, step: int, G: int) -> dict:
-    zero_var = zero_variance_groups(rewards, batch.group)  # [N] bool
-    m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
-         "train/reward/mean": rewards.mean().item(),
-         "train/reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-         **task.reward_metrics(per_fn),
-         "train/pass_rate": passed.mean().item(),
-         "response_length/mean": batch.lengths.float().mean().item(),
-         "response_length/clip_ratio": batch.truncated.float().mean().item()}
-    if batch.version is not None:  # policy versions behind the one this step updates (0 = on-policy)
-        lag = (step - 1) - batch.version  # [N], the row's oldest token
-        m["rollout/staleness/mean"], m["rollout/staleness/max"] = lag.float().mean().item(), int(lag.max())
-    if batch.interrupted is not None:
-        m["response_length/interrupt_ratio"] = batch.interrupted.float().mean().item()
-    if batch.entropy is not None:  # engines that return entropies (hf); otherwise the update measures it
-        m["actor/entropy"] = ((batch.entropy * batch.completion_mask).sum() / batch.completion_mask.sum()).item()
-    return m
-
-
-def rl_step(p: Parts, step: int) -> tuple[dict, list | None]:
+def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
     """One RL step: generate -> score -> shape -> update -> sync -> observe. The loop body, so it takes the
-    run's parts; each function it calls takes only what it uses. Returns the step's metrics and its
-    completion-table rows (rlx.run.completions; None unless due)."""
+    run's parts; each function it calls takes only what it uses. Returns the step's metrics, its
+    completion-table rows (rlx.run.completions; None unless due) and the examples it consumed
+    (refills included; the prompt ledger)."""
     cfg, m = p.cfg, {}
     t_gen = time.time()
     # AQN: the noise is in the sampling policy only
@@ -203,8 +188,9 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None]:
         _log(f"[warn] {100 * m['response_length/clip_ratio']:.0f}% of the completions hit rollout.max_new_tokens="
              f"{cfg.rollout.max_new_tokens} without eos: the budget is probably too small for this task")
     # ScaleRL's curriculum records the pass rates, then dynamic sampling refills / the filter drops groups
+    consumed = list(examples)
     shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(
-        refill, p.schedule, p.policy, p.curriculum, p.task, p.shaping, step))
+        refill, p.schedule, p.policy, p.curriculum, p.task, p.shaping, step, consumed))
     m.update(shaped.metrics)
     # compute counts every generated token, also those of async groups dropped as too stale
     gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
@@ -234,7 +220,7 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None]:
     compute["tokens"] += gen_tokens
     compute["flops"] += 2.0 * p.n_params * gen_tokens + 6.0 * p.n_params * trained_tokens
     m["perf/tokens_per_s"] = gen_tokens / max(m["timing_s/gen"], 1e-9)
-    return m, rows
+    return m, rows, consumed
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -268,9 +254,10 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
         for step in range(p.state.start_step + 1, cfg.train.steps + 1):
             if step == cfg.train.fail_at_step and cfg.train.fail_rank in (-1, world.rank):
                 raise RuntimeError(f"train.fail_at_step={step}: forced failure on rank {world.rank} (testing aid)")
-            m, rows = _step(p, step, threads)
+            m, rows, consumed = _step(p, step, threads)
             logger.log(m, step=step)
             logger.log_completions(rows, step)
+            logger.log_prompts(consumed, step)
             last_acc = m.get("val/acc", last_acc)
             _show(cfg, step, m, last_acc, progress)
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
@@ -307,12 +294,13 @@ def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
         next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan")) if world.is_main else None)
 
 
-def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> tuple[dict, list | None]:
-    """One RL step and, when due, an evaluation: the step's metrics with their timings, and its completion rows."""
+def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> tuple[dict, list | None, list]:
+    """One RL step and, when due, an evaluation: rl_step's metrics (with the evaluation's and the timings),
+    completion rows and consumed examples."""
     cfg = p.cfg
     t_step = time.time()
     n_threads = threads.tick() if threads is not None else None  # other jobs may have started or ended
-    m, rows = rl_step(p, step)
+    m, rows, consumed = rl_step(p, step)
     if n_threads is not None:
         m["perf/threads"] = n_threads
     if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
@@ -324,7 +312,7 @@ def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> tuple[dict, li
              + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
              + f" ({m['timing_s/eval']:.1f}s)")
     m["timing_s/step"] = time.time() - t_step
-    return m, rows
+    return m, rows, consumed
 
 
 def _show(cfg: DictConfig, step: int, m: dict, last_acc: float, progress) -> None:  # the bar, or a line

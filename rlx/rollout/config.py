@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 SCHEDULE_MODES = ("sync", "stale", "async")  # rollout.mode (rlx.rollout.schedule)
+STALENESS_POLICIES = ("pace", "drop")  # rollout.staleness_policy (async)
 
 
 @dataclass
@@ -136,6 +137,16 @@ class RolloutConfig:
         default=0,
         metadata={"help": "k: policy versions a sample may lag behind the trainer (stale / async)"},
     )
+    staleness_policy: str = field(
+        default="pace",
+        metadata={"help": "async: pace (the generator waits when k batches are queued or in flight: nothing goes "
+                          "stale) | drop (it runs up to queue_batches ahead; groups older than k are discarded, "
+                          "counted, and their prompts generated again)"},
+    )
+    queue_batches: int = field(
+        default=0,
+        metadata={"help": "async, drop: batches the generator may have queued or in flight; 0 = 2 x max_staleness"},
+    )
     group_size: int = field(
         default=8,
         metadata={"help": "G"},
@@ -248,6 +259,13 @@ def _check_schedule(r: RolloutConfig) -> None:
     if r.mode == "async" and r.max_staleness < 1:
         raise ValueError("rollout.mode=async needs rollout.max_staleness >= 1 (samples from the policy being "
                          "trained cannot exist before its update); for on-policy data use rollout.mode=sync")
+    if r.staleness_policy not in STALENESS_POLICIES:
+        raise ValueError(f"rollout.staleness_policy: '{r.staleness_policy}' is not one of {list(STALENESS_POLICIES)}")
+    if r.queue_batches < 0:
+        raise ValueError(f"rollout.queue_batches must be >= 0 (0 = 2 x max_staleness), got {r.queue_batches}")
+    if r.queue_batches and r.staleness_policy != "drop":
+        raise ValueError(f"rollout.queue_batches={r.queue_batches} is read by rollout.staleness_policy=drop only "
+                         f"(pace holds max_staleness={r.max_staleness} batches, so that no group goes stale)")
     if r.interrupt.enabled and r.interrupt.answer_tokens < 1:
         raise ValueError(f"rollout.interrupt.answer_tokens must be >= 1, got {r.interrupt.answer_tokens}")
 

@@ -10,7 +10,12 @@
   optimizer step and the generator takes them between two decode steps, so a sequence in progress
   continues under the new weights (its KV cache is kept) and every token records the version that
   sampled it. No group whose oldest token is more than k versions behind the trainer reaches the
-  loss (it is dropped and counted), and the generator waits when k batches are queued or in flight.
+  loss. `rollout.staleness_policy` says how: `pace` (AReaL, SkyRL) makes the generator wait while k
+  batches are queued or in flight, so that none goes stale; `drop` (prime-rl, TRL) lets it run up to
+  `rollout.queue_batches` ahead and discards the groups that went stale (counted, with their mean
+  length: dropping favours short completions). A dropped group's prompt is generated again, and a
+  checkpoint records the prompts queued but not yet trained on, which a resumed run generates
+  first: every prompt of the task's stream (Example.index) is trained on once, across kill -9.
 
 The loss never needs to know: every row carries its behaviour log-probs (the engine's), and the
 importance ratio is taken against them (rlx.algo.policy_update).
@@ -37,10 +42,13 @@ from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
 
 def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int, sampling: SamplingParams,
                     generator: torch.Generator, *, noise=None, step: int = 0, skip=None,
-                    metrics: dict | None = None, interrupt: tuple | None = None) -> tuple[list, RolloutBatch]:
+                    metrics: dict | None = None, interrupt: tuple | None = None,
+                    first: list | None = None) -> tuple[list, RolloutBatch]:
     """n_prompts training prompts -> group_size completions each (under AQN noise when given);
-    `interrupt` = (phrase ids, answer tokens) for forced length interruption."""
-    examples = task.sample(n_prompts, skip=skip)
+    `interrupt` = (phrase ids, answer tokens) for forced length interruption; `first`: examples to
+    generate again before the task's next ones (async: dropped or not trained on before a resume)."""
+    examples = list(first or [])[:n_prompts]
+    examples += task.sample(n_prompts - len(examples), skip=skip) if len(examples) < n_prompts else []
     noisy = noise.applied(engine.noise_target(), step) if noise is not None else nullcontext({})
     with noisy as noise_metrics:
         batch = engine.generate([e.prompt for e in examples], group_size, sampling, generator)
@@ -66,9 +74,9 @@ class SyncSchedule:
         self.engine, self.task, self.G = engine, task, group_size
         self.sampling, self.gen, self.noise, self.interrupt = sampling, generator, noise, interrupt
 
-    def _generate(self, n: int, step: int, skip, metrics):
+    def _generate(self, n: int, step: int, skip, metrics, first=None):
         return generate_groups(self.engine, self.task, n, self.G, self.sampling, self.gen, noise=self.noise,
-                               step=step, skip=skip, metrics=metrics, interrupt=self.interrupt)
+                               step=step, skip=skip, metrics=metrics, interrupt=self.interrupt, first=first)
 
     def generate(self, policy, n: int, step: int, skip=None, metrics: dict | None = None):
         """n prompts x G completions for training step `step` -> (examples, batch)."""
@@ -145,16 +153,25 @@ class StaleSchedule(SyncSchedule):
         self.snapshots = {int(v): s for v, s in state["snapshots"].items()}
 
 
+def _window() -> dict:
+    """What the async schedule counts between two reports (a step's metrics, refills included)."""
+    return {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0, "dropped_rows": 0,
+            "taken": 0, "taken_tokens": 0, "taken_rows": 0}
+
+
 class AsyncSchedule(SyncSchedule):
     """PipelineRL-k: a generator thread, a bounded queue of groups, in-flight weight updates."""
 
-    def __init__(self, *args, k: int, prompts_per_step: int, keep_versions: bool = False, **kwargs):
+    def __init__(self, *args, k: int, prompts_per_step: int, keep_versions: bool = False, policy: str = "pace",
+                 queue_batches: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.k, self.chunk = k, prompts_per_step
+        self.k, self.chunk, self.policy = k, prompts_per_step, policy
         # keep_versions (algo.mismatch_split_every): version -> trainable tensors of the last k + 1 versions
         self.keep_versions, self.snapshots = keep_versions, {}
-        self.capacity = prompts_per_step * k  # groups queued + in flight
+        # groups queued + in flight: pace holds k batches, so a group is trained on within k versions
+        self.capacity = prompts_per_step * (k if policy == "pace" else (queue_batches or 2 * k))
         self.queue: deque = deque()  # (example, RolloutBatch of G rows)
+        self.redo: deque = deque()  # stream indices to generate before the task's next prompts
         self.cond = threading.Condition()
         self.engine_lock = threading.Lock()  # held by whoever drives the engine
         self.pending = None  # (payload, version) waiting for the generator
@@ -164,7 +181,7 @@ class AsyncSchedule(SyncSchedule):
         self.error: BaseException | None = None
         self.stop = False
         self.started = False
-        self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0, "dropped_rows": 0}
+        self.stats = _window()
         self.engine.between_steps = self._apply_pending
         self.thread = threading.Thread(target=self._loop, name="rlx-generator", daemon=True)
 
@@ -181,6 +198,13 @@ class AsyncSchedule(SyncSchedule):
         if step is not None:
             self.noise.apply(self.engine.noise_target(), step)
 
+    def _again(self) -> list:
+        """Up to a chunk of the prompts to generate again (a retired one is left out)."""
+        with self.cond:
+            idx = [self.redo.popleft() for _ in range(min(self.chunk, len(self.redo)))]
+        examples = [self.task.example_at(i) for i in idx]
+        return [e for e in examples if self.skip is None or not self.skip(e.key)]
+
     def _loop(self) -> None:
         try:
             while True:
@@ -192,14 +216,15 @@ class AsyncSchedule(SyncSchedule):
                         return
                     self.in_flight = self.chunk
                     self.stats["gen_idle"] += time.time() - t0
-                with self.engine_lock:
+                with self.engine_lock:  # a checkpoint (paused) sees the chunk either not drawn or queued
                     self._apply_pending()
-                    examples, batch = self._generate(self.chunk, self.trainer_version + 1, self.skip, None)
-                groups = [(e, batch.select(batch.group == i)) for i, e in enumerate(examples)]
-                with self.cond:
-                    self.queue.extend(groups)
-                    self.in_flight = 0
-                    self.cond.notify_all()
+                    examples, batch = self._generate(self.chunk, self.trainer_version + 1, self.skip, None,
+                                                     first=self._again())
+                    groups = [(e, batch.select(batch.group == i)) for i, e in enumerate(examples)]
+                    with self.cond:
+                        self.queue.extend(groups)
+                        self.in_flight = 0
+                        self.cond.notify_all()
         except BaseException as e:  # the trainer re-raises it
             with self.cond:
                 self.error = e
@@ -207,6 +232,41 @@ class AsyncSchedule(SyncSchedule):
                 self.cond.notify_all()
 
     # ---------------------------------------------------------------- trainer side
+    def _take(self, n: int, step: int) -> list:
+        """n groups no more than k versions old; the stale ones before them are dropped (under cond)."""
+        taken: list = []
+        while len(taken) < n:
+            while self.queue and (step - 1) - int(self.queue[0][1].version.min()) > self.k:
+                ex, old = self.queue.popleft()  # too stale for the bound: never reaches the loss
+                self.redo.append(ex.index)  # its prompt is generated again
+                self._count("dropped", old)
+            if self.queue:
+                taken.append(self.queue.popleft())
+                self._count("taken", taken[-1][1])
+                self.cond.notify_all()
+                continue
+            if self.error is not None:
+                raise RuntimeError("rollout generator thread failed") from self.error
+            self.cond.wait()
+        return taken
+
+    def _count(self, what: str, batch) -> None:
+        self.stats[what] += 1
+        self.stats[f"{what}_tokens"] += int(batch.completion_mask.sum())
+        self.stats[f"{what}_rows"] += len(batch)
+
+    def _report(self, metrics: dict) -> None:
+        """The window's counts since the last report (refills included), then a new window."""
+        st = self.stats
+        metrics.update({"timing_s/gen_idle": st["gen_idle"], "timing_s/trainer_wait": st["trainer_wait"],
+                        "rollout/dropped_stale_groups": st["dropped"], "rollout/dropped_stale_tokens": st["dropped_tokens"],
+                        "rollout/drop_rate": st["dropped"] / max(1, st["dropped"] + st["taken"]),
+                        "rollout/queue_groups": len(self.queue)})
+        if st["dropped_rows"]:  # dropping stale groups favours short rollouts: compare the two means
+            metrics["rollout/dropped_stale_length/mean"] = st["dropped_tokens"] / st["dropped_rows"]
+            metrics["rollout/taken_length/mean"] = st["taken_tokens"] / max(1, st["taken_rows"])
+        self.stats = _window()
+
     def generate(self, policy, n, step, skip=None, metrics=None):
         self.skip = skip
         if not self.started:
@@ -216,34 +276,11 @@ class AsyncSchedule(SyncSchedule):
             self.thread.start()
             self.started = True
         t0 = time.time()
-        taken: list = []
         with self.cond:
-            while len(taken) < n:
-                while self.queue and (step - 1) - int(self.queue[0][1].version.min()) > self.k:
-                    _, old = self.queue.popleft()  # too stale for the bound: never reaches the loss
-                    self.stats["dropped"] += 1
-                    self.stats["dropped_tokens"] += int(old.completion_mask.sum())
-                    self.stats["dropped_rows"] += len(old)
-                if self.queue:
-                    taken.append(self.queue.popleft())
-                    self.cond.notify_all()
-                    continue
-                if self.error is not None:
-                    raise RuntimeError("rollout generator thread failed") from self.error
-                self.cond.wait()
+            taken = self._take(n, step)
             self.stats["trainer_wait"] += time.time() - t0
-            if metrics is not None:  # since the last report (refills included)
-                metrics.update({"timing_s/gen_idle": self.stats["gen_idle"],
-                                "timing_s/trainer_wait": self.stats["trainer_wait"],
-                                "rollout/dropped_stale_groups": self.stats["dropped"],
-                                "rollout/dropped_stale_tokens": self.stats["dropped_tokens"],
-                                "rollout/queue_groups": len(self.queue)})
-                st = self.stats
-                if st["dropped_rows"]:  # dropping stale groups biases toward short rollouts: compare with
-                    # response_length/mean (what was kept)
-                    metrics["rollout/dropped_stale_length/mean"] = st["dropped_tokens"] / st["dropped_rows"]
-                self.stats = {"gen_idle": 0.0, "trainer_wait": 0.0, "dropped": 0, "dropped_tokens": 0,
-                              "dropped_rows": 0}
+            if metrics is not None:
+                self._report(metrics)
         examples = [e for e, _ in taken]
         parts = []
         for i, (_, b) in enumerate(taken):
@@ -276,6 +313,14 @@ class AsyncSchedule(SyncSchedule):
         with self.engine_lock:
             yield
 
+    def state_dict(self):
+        """Taken while paused: the prompts drawn but not trained on (to generate again, then queued)."""
+        with self.cond:
+            return {"redo": [*self.redo, *(e.index for e, _ in self.queue)]}
+
+    def load_state_dict(self, state):
+        self.redo = deque(int(i) for i in state.get("redo", []))
+
     def close(self):
         with self.cond:
             self.stop = True
@@ -298,5 +343,6 @@ def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch
         return StaleSchedule(*args, k=int(cfg.max_staleness), **kw)
     if cfg.mode == "async":
         return AsyncSchedule(*args, k=int(cfg.max_staleness), prompts_per_step=int(cfg.prompts_per_step),
-                             keep_versions=keep_versions, **kw)
+                             keep_versions=keep_versions, policy=str(cfg.staleness_policy),
+                             queue_batches=int(cfg.queue_batches), **kw)
     return SyncSchedule(*args, **kw)

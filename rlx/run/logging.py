@@ -78,6 +78,9 @@ class NullLogger:
     def log_completions(self, rows: list[dict] | None, step: int) -> None:
         pass
 
+    def log_prompts(self, examples: list, step: int) -> None:
+        pass
+
     def summary(self, values: dict) -> None:
         pass
 
@@ -93,9 +96,10 @@ class RunLogger:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
         self.completions_path = self.run_dir / "completions.jsonl"
+        self.prompts_path = self.run_dir / "prompts.jsonl"  # the prompt ledger
         self.completions_cap = int(lc.get("completions_max_mb", 5.0) * 2**20)  # bytes
         self._table_bytes = 0  # completion-table bytes sent to wandb so far (capped like the file)
-        for path in (self.path, self.completions_path):  # both are rows with a step
+        for path in (self.path, self.completions_path, self.prompts_path):  # all are rows with a step
             if resume_step is not None and path.exists():  # rows after the checkpoint come again
                 self._truncate_after(path, resume_step)
             elif resume_step is None and path.exists() and path.stat().st_size > 0:  # a fresh start in a used dir
@@ -141,6 +145,14 @@ class RunLogger:
             f.write(json.dumps(row) + "\n")
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def log_prompts(self, examples: list, step: int) -> None:
+        """The prompt ledger, prompts.jsonl: the training prompts step `step` consumed (refills included),
+        as their place in the task's stream (Example.index: epoch x train size + position) and their keys.
+        Truncated on resume like metrics.jsonl, so it reads as one run: each index once (rank 0's)."""
+        row = {"step": step, "index": [int(e.index) for e in examples], "key": [e.key for e in examples]}
+        with self.prompts_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
 
     def log_completions(self, rows: list[dict] | None, step: int) -> None:
         """A completion table (rlx.run.completions): appended to completions.jsonl and logged to wandb as

@@ -126,8 +126,11 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "task.default_rewards.")  # the task file's set: what ran is task.rewards, compared
 
 
-# keys only one engine reads: a run on another engine may resume across their change or their addition
-ENGINE_KEYS = {"rollout.server.": "vllm_server"}
+# keys read only under one setting: a run where neither side has that setting may resume across their
+# change or their addition (key prefix -> (the setting, its value))
+UNREAD_UNLESS = {"rollout.server.": ("rollout.engine", "vllm_server"),
+                 "rollout.staleness_policy": ("rollout.mode", "async"),
+                 "rollout.queue_batches": ("rollout.mode", "async")}
 
 
 def config_changes(saved: dict | None, cfg) -> list[str]:
@@ -138,8 +141,8 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
 
     old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))
-    unread = [prefix for prefix, engine in ENGINE_KEYS.items()  # settings of an engine neither side runs
-              if old.get("rollout.engine") != engine and new.get("rollout.engine") != engine]
+    unread = [prefix for prefix, (key, value) in UNREAD_UNLESS.items()  # e.g. an engine neither side runs
+              if old.get(key) != value and new.get(key) != value]
     return [f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in keys
             if old.get(k) != new.get(k) and not any(k == c.rstrip(".") or k.startswith(c) for c in RESUMABLE_CHANGES)
             and not any(k.startswith(p) for p in unread)]

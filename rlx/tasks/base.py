@@ -21,6 +21,9 @@ class Example:
     # the dataset's other columns (what import-path reward functions get as keyword arguments)
     columns: dict = field(default_factory=dict, hash=False)
     messages: list | None = field(default=None, hash=False)  # a chat prompt; `prompt` is its rendering
+    # where `Task.sample` drew it in the training stream (epoch * len(train) + position; -1: not drawn):
+    # the prompt ledger (prompts.jsonl) and async resume count prompts by it
+    index: int = field(default=-1, hash=False, compare=False)
 
     def __post_init__(self):
         if not self.columns:  # a synthetic example: its one column besides the prompt is the answer
@@ -110,11 +113,14 @@ class Task:
         self._shuffle_seed = seed
         self._order = None
 
+    def _shuffled(self, epoch: int) -> list[int]:
+        order = list(range(len(self.train)))
+        random.Random(f"{self._shuffle_seed}-{epoch}").shuffle(order)
+        return order
+
     def _epoch_order(self) -> list[int]:
         if self._order is None:
-            order = list(range(len(self.train)))
-            random.Random(f"{self._shuffle_seed}-{self._epoch}").shuffle(order)
-            self._order = order
+            self._order = self._shuffled(self._epoch)
         return self._order
 
     def sample(self, n: int, skip=None) -> list[Example]:
@@ -127,6 +133,7 @@ class Task:
                 self._epoch, self._pos, self._order = self._epoch + 1, 0, None
                 continue
             ex = self.train[order[self._pos]]
+            index = self._epoch * len(self.train) + self._pos
             self._pos += 1
             if skip is not None and skip(ex.key):
                 scanned_since_pick += 1
@@ -134,8 +141,14 @@ class Task:
                     raise RuntimeError("every training prompt is retired: nothing left to sample")
                 continue
             scanned_since_pick = 0
-            out.append(ex)
+            out.append(dataclasses.replace(ex, index=index))
         return out
+
+    def example_at(self, index: int) -> Example:
+        """The training example the stream drew at `index` (Example.index): the same seeded shuffle."""
+        epoch, pos = divmod(int(index), len(self.train))
+        order = self._epoch_order() if epoch == self._epoch else self._shuffled(epoch)
+        return dataclasses.replace(self.train[order[pos]], index=int(index))
 
     def state_dict(self) -> dict:
         return {"epoch": self._epoch, "pos": self._pos, "seed": self._shuffle_seed}

@@ -52,14 +52,18 @@ class CountingTask:
         self.i = 0
 
     def sample(self, n, skip=None):
-        out = [SimpleNamespace(prompt=str(self.i + j), key=self.i + j) for j in range(n)]
+        out = [self.example_at(self.i + j) for j in range(n)]
         self.i += n
         return out
 
+    def example_at(self, i):
+        return SimpleNamespace(prompt=str(i), key=i, index=i)
 
-def _async(k, B=2, delay=0.0):
+
+def _async(k, B=2, delay=0.0, **kw):
     sp = SamplingParams(max_tokens=4)
-    return AsyncSchedule(ScriptedEngine(delay=delay), CountingTask(), 2, sp, torch.Generator(), k=k, prompts_per_step=B)
+    return AsyncSchedule(ScriptedEngine(delay=delay), CountingTask(), 2, sp, torch.Generator(), k=k, prompts_per_step=B,
+                         **kw)
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -93,9 +97,51 @@ def test_async_drops_groups_beyond_the_bound_and_counts_them():
         ex, b = s.generate(None, 2, 5, metrics=m)
         assert m["rollout/dropped_stale_groups"] == 2 and m["rollout/dropped_stale_tokens"] == 2 * 2 * 4
         assert m["rollout/dropped_stale_length/mean"] == 4.0  # 16 tokens over the 4 dropped rows
+        assert m["rollout/drop_rate"] == 2 / 6  # since the last report (none at step 1): 2 dropped, 2 + 2 taken
         assert int((4 - b.version).max()) <= 1
+        assert [e.index for e in ex] == [2, 3]  # the dropped prompts 2, 3 are generated again
     finally:
         s.close()
+
+
+def test_async_pace_holds_k_batches_and_drop_runs_ahead_to_queue_batches():
+    """pace: the generator stops at k batches queued (AReaL's bound); drop: at queue_batches (0 = 2k)."""
+    for kw, groups in (({}, 2 * 2), ({"policy": "drop"}, 2 * 2 * 2), ({"policy": "drop", "queue_batches": 3}, 2 * 3)):
+        s = _async(2, **kw)
+        try:
+            s.generate(None, 2, 1)
+            deadline = time.time() + 10
+            while len(s.queue) < groups and time.time() < deadline:  # the generator fills its room ...
+                time.sleep(0.01)
+            time.sleep(0.2)  # ... then waits
+            with s.cond:
+                assert len(s.queue) == groups, kw
+        finally:
+            s.close()
+
+
+@pytest.mark.parametrize("policy", ["pace", "drop"])
+def test_async_checkpoint_keeps_the_prompts_not_yet_trained_on(policy):
+    """state_dict (taken paused) lists the queued prompts; a resumed schedule generates them first."""
+    s = _async(1, policy=policy)
+    try:
+        s.generate(None, 2, 1)  # prompts 0, 1 trained on; the generator queues 2, 3 (and more under drop)
+        deadline = time.time() + 10
+        while len(s.queue) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        with s.paused():
+            state, drawn = s.state_dict(), s.task.i
+    finally:
+        s.close()
+    assert state["redo"] == list(range(2, drawn))
+    r = _async(1, policy=policy)
+    r.task.i = drawn  # the task's position, as the checkpoint restores it
+    r.load_state_dict(state)
+    try:
+        ex, _ = r.generate(None, 2, 2)
+    finally:
+        r.close()
+    assert [e.index for e in ex] == [2, 3]
 
 
 def test_async_inflight_update_reaches_the_sequence_in_progress():
