@@ -14,8 +14,9 @@
   batches are queued or in flight, so that none goes stale; `drop` (prime-rl, TRL) lets it run up to
   `rollout.queue_batches` ahead and discards the groups that went stale (counted, with their mean
   length: dropping favours short completions). A dropped group's prompt is generated again, and a
-  checkpoint records the prompts queued but not yet trained on, which a resumed run generates
-  first: every prompt of the task's stream (Example.index) is trained on once, across kill -9.
+  checkpoint records the prompts (Example.index) queued but not yet trained on, which a resumed run
+  generates first, so that a crash loses none of them (tested at the schedule level; the property
+  test over kill -9 points is still to be written).
 
 The loss never needs to know: every row carries its behaviour log-probs (the engine's), and the
 importance ratio is taken against them (rlx.algo.policy_update).
@@ -48,7 +49,7 @@ def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int
     `interrupt` = (phrase ids, answer tokens) for forced length interruption; `first`: examples to
     generate again before the task's next ones (async: dropped or not trained on before a resume)."""
     examples = list(first or [])[:n_prompts]
-    examples += task.sample(n_prompts - len(examples), skip=skip) if len(examples) < n_prompts else []
+    examples += task.sample(n_prompts - len(examples), skip=skip)
     noisy = noise.applied(engine.noise_target(), step) if noise is not None else nullcontext({})
     with noisy as noise_metrics:
         batch = engine.generate([e.prompt for e in examples], group_size, sampling, generator)
@@ -165,7 +166,7 @@ class AsyncSchedule(SyncSchedule):
     def __init__(self, *args, k: int, prompts_per_step: int, keep_versions: bool = False, policy: str = "pace",
                  queue_batches: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.k, self.chunk, self.policy = k, prompts_per_step, policy
+        self.k, self.chunk = k, prompts_per_step
         # keep_versions (algo.mismatch_split_every): version -> trainable tensors of the last k + 1 versions
         self.keep_versions, self.snapshots = keep_versions, {}
         # groups queued + in flight: pace holds k batches, so a group is trained on within k versions
