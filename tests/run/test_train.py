@@ -48,6 +48,13 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     run_dir = tmp_path / "killed"
     kill_and_rerun(run_dir, EASY + ["train.steps=6"])
     assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(ref))
+    # the prompt ledger: each step once, and the task's stream consumed in order, each prompt once
+    import json
+
+    ledger = [json.loads(ln) for ln in (run_dir / "prompts.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in ledger] == [1, 2, 3, 4, 5, 6]
+    assert sum((r["index"] for r in ledger), []) == list(range(6 * 4))  # 4 prompts per step (TINY)
+    assert (run_dir / "prompts.jsonl").read_text() == (ref / "prompts.jsonl").read_text()
 
 
 def test_non_finite_loss_refuses_step_and_keeps_checkpoint(tmp_path, monkeypatch):
