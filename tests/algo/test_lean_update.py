@@ -38,9 +38,12 @@ def assert_same(setup, knobs: dict, base: dict | None = None):
     # relative L2 error of the whole update (elementwise, a near-zero entry is all float noise)
     err = torch.cat([(b - a).flatten() for a, b in zip(d0, d1)]).norm() / torch.cat([a.flatten() for a in d0]).norm()
     assert err <= 1e-5, err
-    for k in ("actor/pg_loss", "actor/ratio/mean", "rollout/logprob_diff/mean", "actor/grad_norm", "actor/kl"):
+    for k in ("actor/pg_loss", "actor/ratio/mean", "actor/grad_norm", "actor/kl"):
         if k in m0:
             assert m1[k] == pytest.approx(m0[k], rel=1e-5, abs=1e-7), k
+    # the behaviour log-probs came from these same weights: |trainer - rollout| is float noise on both paths
+    # (~1e-6 per token, its summation order set by the CPU's kernels), so it is bounded, not compared
+    assert m0["rollout/logprob_diff/mean"] < 1e-5 and m1["rollout/logprob_diff/mean"] < 1e-5
     return m0, m1
 
 

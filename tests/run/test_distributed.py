@@ -177,7 +177,9 @@ def test_noise_jump_curriculum_and_stale_data_agree_across_ranks(tmp_path):
     _run(2, tmp_path / "two", *FEATURES)
     one, two = _rows(tmp_path / "one"), _rows(tmp_path / "two")
     assert any(k.startswith("noise/") for r in one for k in r) and any(k.startswith("extrap/") for r in one for k in r)
-    assert_same_run(one, two, range(6))
+    # a NExt jump at step 3 and two more AdamW steps carry the two-rank reduction's float noise on
+    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as in the FSDP test above
+    assert_same_run(one, two, range(6), rel=5e-5)
 
 
 # the suite's vLLM model (head_dim 32: vLLM's CPU attention needs >= 32); one vLLM engine per rank

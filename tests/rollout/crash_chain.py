@@ -1,0 +1,111 @@
+"""Kill -9 one run again and again, then let it finish: the driver of the exactly-once property test.
+
+    python -m tests.rollout.crash_chain RUN_DIR KILLS SEED OVERRIDE [OVERRIDE ...]
+
+The parent imports rlx once and forks a child per attempt, which runs `rlx.train.run` on RUN_DIR (TINY
++ the overrides) and resumes from its newest checkpoint. The parent watches the run directory and
+sends the child SIGKILL at a crash point drawn from SEED: after the metrics line of step c + 1 + r
+appears (c: the newest checkpoint when the child started, r in {0, 1}), plus a delay in [0, 0.4) s,
+so the kills land anywhere in a step (generating, updating, logging, mid-checkpoint). r = 1 makes
+progress certain (step c + 1's checkpoint is written before step c + 2 starts). After KILLS kills a
+last child runs to the end. Forking after the imports makes a crash point cost ~1 s instead of the
+~15 CPU-s a fresh interpreter spends importing torch and transformers here.
+
+Prints one JSON line: the kills (what the run directory held at each) and the children's exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+
+def _steps(path: Path) -> list[int]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):  # a line being written
+            pass
+    return out
+
+
+def _newest_ckpt(run_dir: Path) -> int:
+    root = run_dir / "ckpt"
+    done = [int(p.name.split("_")[1]) for p in root.glob("step_*")] if root.exists() else []
+    return max(done, default=0)
+
+
+def _child(run_dir: Path, overrides: list[str]) -> None:
+    """In the forked child: run to the end (or until killed); never returns."""
+    code = 1
+    try:
+        sys.stdout = sys.stderr = open(run_dir / f"child-{os.getpid()}.log", "w", buffering=1)
+        from tests.conftest import run_tiny
+
+        run_tiny(run_dir, overrides)
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def chain(run_dir: Path, kills: int, seed: int, overrides: list[str], steps: int, timeout_s: float = 600.0) -> dict:
+    rng = random.Random(seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    events, codes = [], []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        last = len(events) >= kills
+        start_ckpt = _newest_ckpt(run_dir)
+        target = start_ckpt + 1 + rng.randint(0, 1)
+        delay = rng.uniform(0.0, 0.4)
+        pid = os.fork()
+        if pid == 0:
+            _child(run_dir, overrides)
+        killed = False
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                codes.append(os.waitstatus_to_exitcode(status))
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise TimeoutError(f"the chain did not finish in {timeout_s:.0f} s")
+            if not last and target <= steps and max(_steps(run_dir / "metrics.jsonl"), default=-1) >= target:
+                time.sleep(delay)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                ckpt_dir = run_dir / "ckpt"
+                events.append({"start_ckpt": start_ckpt, "target": target, "delay_s": round(delay, 3),
+                               "logged": max(_steps(run_dir / "metrics.jsonl"), default=-1),
+                               "ckpt": _newest_ckpt(run_dir),
+                               "tmp": ckpt_dir.exists() and any(p.name.startswith(".") for p in ckpt_dir.iterdir())})
+                killed = True
+                break
+            time.sleep(0.01)
+        if not killed:  # the run finished (or a child failed: the test shows its log)
+            return {"kills": events, "codes": codes}
+
+
+def main() -> None:
+    run_dir, kills, seed, *overrides = sys.argv[1:]
+    steps = next(int(o.split("=")[1]) for o in reversed(overrides) if o.startswith("train.steps="))
+    import rlx.train  # noqa: F401  (imported once here; every child is forked from this process)
+
+    print(json.dumps(chain(Path(run_dir), int(kills), int(seed), overrides, steps)))
+
+
+if __name__ == "__main__":
+    main()
