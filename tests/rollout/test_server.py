@@ -290,6 +290,36 @@ def test_a_killed_local_server_is_restarted_reloads_its_adapters_and_samples_the
     assert torch.allclose(before.logprobs, after.logprobs, atol=1e-5)
 
 
+def test_a_local_server_killed_mid_request_is_restarted_and_the_requests_in_flight_are_resent(served):
+    """kill -9 of a real local server while a generate call's requests are on it: each request that lost
+    its connection restarts the server (once), is sent again with its seed, and the call returns what an
+    undisturbed call returns."""
+    import signal
+
+    from rlx.rollout.base import SamplingParams
+
+    engine, _, _ = served["vllm-server"]
+    prompts, sp, seeds = ["3+4=", "12-5=", "7*8=", "9-9="], SamplingParams(temperature=1.0, max_tokens=60), list(range(200, 216))
+    before = engine.generate(prompts, 4, sp, torch.Generator(), seeds=seeds)
+    server = engine.pool.servers[0]
+    restarts = server.restarts
+    got: dict = {}
+    call = threading.Thread(target=lambda: got.update(batch=engine.generate(prompts, 4, sp, torch.Generator(), seeds=seeds)))
+    call.start()
+    deadline = time.monotonic() + 30
+    while server.in_flight == 0:  # the call has taken the server: its requests are being sent / served
+        assert time.monotonic() < deadline and call.is_alive()
+        time.sleep(0.002)
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    assert call.is_alive()  # the call had not returned when its server died
+    call.join(timeout=900)
+    assert not call.is_alive() and "batch" in got
+    assert server.restarts == restarts + 1 and server.healthy()  # one restart, whichever request saw it first
+    after = got["batch"]
+    assert torch.equal(before.completion_ids, after.completion_ids) and before.texts == after.texts
+    assert torch.allclose(before.logprobs, after.logprobs, atol=1e-5)
+
+
 def _closed_port() -> int:
     from rlx.rollout.server.pool import free_port
 

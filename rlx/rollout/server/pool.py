@@ -12,6 +12,7 @@ from a config file, which Hydra would copy into `.hydra/`.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import secrets
@@ -64,7 +65,7 @@ class Server:
                 raw = r.read()
         except urllib.error.HTTPError as e:
             raise ServerError(f"{self}{path}: HTTP {e.code}: {e.read().decode(errors='replace')[:500]}") from None
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:  # refused, reset, cut short
             raise ServerError(f"{self}{path}: {type(e).__name__}: {e}", unreachable=True) from None
         try:
             return json.loads(raw) if raw.strip() else None
