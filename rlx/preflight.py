@@ -67,7 +67,7 @@ def check_finetune(cfg, world_size: int = 1) -> None:
                                                     f"only a LoRA adapter trains on it)"),
                       (cfg.extrapolation.type != "none", f"extrapolation.type={cfg.extrapolation.type} (NExt and "
                                                          f"the linear baseline extend the LoRA adapter's rank-1 records)"),
-                      (cfg.rollout.engine == "vllm" and cfg.rollout.vllm.sync == "adapter",
+                      (cfg.rollout.engine in ("vllm", "vllm_server") and cfg.rollout.vllm.sync == "adapter",
                        "rollout.vllm.sync=adapter (there is no adapter to serve; sync=auto reloads every weight)"),
                       (world_size > 1 and cfg.trainer.strategy == "fsdp", f"trainer.strategy=fsdp on {world_size} "
                        f"ranks (only the decoder layers are sharded; use trainer.strategy=ddp)")):

@@ -105,6 +105,11 @@ class ServerConfig:
         default=0.0,
         metadata={"help": "the canary's largest mean |log-prob difference| over the probe; 0 = by dtype (fp32 1e-3, bf16 0.1)"},
     )
+    shared_dir: str = field(
+        default="",
+        metadata={"help": "an absolute directory every server can read (a shared filesystem for servers on other "
+                          "nodes): the run writes its adapters / weights under it; empty: a local temporary one"},
+    )
 
     def __post_init__(self) -> None:
         if self.num < 0 or (self.num > 0) == bool(self.urls):
@@ -115,6 +120,9 @@ class ServerConfig:
                 raise ValueError(f"rollout.server.{key} must be > 0, got {getattr(self, key)}")
         if not 0 <= self.canary_tol < math.inf:
             raise ValueError(f"rollout.server.canary_tol must be >= 0 (0 = by dtype), got {self.canary_tol}")
+        if self.shared_dir and not self.shared_dir.startswith("/"):
+            raise ValueError(f"rollout.server.shared_dir must be an absolute path (the servers resolve it on their "
+                             f"own nodes), got '{self.shared_dir}'")
 
 
 @dataclass

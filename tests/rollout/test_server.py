@@ -107,7 +107,7 @@ def fake_server():
     httpd.shutdown()
 
 
-def _engine_on(url: str, tmp_path: Path, **server):
+def _engine_on(url: str, tmp_path: Path, mode: str = "adapter", rank: int = 0, **server):
     """A VLLMServerEngine wired to `url` without starting anything (what __init__ sets, by hand)."""
     from omegaconf import OmegaConf
 
@@ -122,6 +122,7 @@ def _engine_on(url: str, tmp_path: Path, **server):
     e.root.mkdir()
     e.pool = ServerPool([Server(url, "run-key", 5.0)])
     e.loaded, e.keep, e._exports, e.version, e.current = {}, 2, 0, -1, None
+    e.mode, e.rank, e.weights = mode, rank, None
     e.sync_s, e.canary_diff = 0.0, float("nan")
     return e
 
@@ -139,14 +140,47 @@ def test_sync_loads_the_adapter_on_the_server_checks_it_and_retires_old_versions
     for v in (0, 1, 2):
         e.load_weights((_adapter(e, v + 1), want), v)
     loads = [b for path, b, _ in _Fake.seen if path == "/v1/load_lora_adapter"]
-    assert [b["lora_name"] for b in loads] == ["rlx-v0-adapter_1", "rlx-v1-adapter_2", "rlx-v2-adapter_3"]
+    assert [b["lora_name"] for b in loads] == ["rlx-r0-v0-adapter_1", "rlx-r0-v1-adapter_2", "rlx-r0-v2-adapter_3"]
     unloaded = [b["lora_name"] for path, b, _ in _Fake.seen if path == "/v1/unload_lora_adapter"]
-    assert unloaded == ["rlx-v0-adapter_1"] and sorted(e.loaded) == [1, 2]  # keep = 2 versions
+    assert unloaded == ["rlx-r0-v0-adapter_1"] and sorted(e.loaded) == [1, 2]  # keep = 2 versions
     assert not (e.root / "adapter_1").exists() and (e.root / "adapter_3").is_dir()
     probes = [b for path, b, _ in _Fake.seen if path == "/v1/completions"]
-    assert [b["model"] for b in probes] == ["rlx-v0-adapter_1", "rlx-v1-adapter_2", "rlx-v2-adapter_3"]
-    assert e.canary_diff == 0.0 and e.version == 2 and e.current == "rlx-v2-adapter_3"
+    assert [b["model"] for b in probes] == ["rlx-r0-v0-adapter_1", "rlx-r0-v1-adapter_2", "rlx-r0-v2-adapter_3"]
+    assert e.canary_diff == 0.0 and e.version == 2 and e.current == "rlx-r0-v2-adapter_3"
     assert {auth for _, _, auth in _Fake.seen} == {"Bearer run-key"}  # every call carries the run's key
+
+
+def test_ranks_sharing_a_server_load_adapters_under_names_of_their_own(fake_server, tmp_path):
+    """Under torchrun every rank syncs its own copy to the servers it shares (given URLs): rank 3's names."""
+    e = _engine_on(fake_server, tmp_path, rank=3)
+    _Fake.want = [-1.0, -2.0]
+    e.load_weights((_adapter(e, 1), torch.tensor(_Fake.want)), 7)
+    assert [b["lora_name"] for p, b, _ in _Fake.seen if p == "/v1/load_lora_adapter"] == ["rlx-r3-v7-adapter_1"]
+    assert e.current == "rlx-r3-v7-adapter_1"
+
+
+def test_merged_sync_reloads_the_weights_on_every_server_and_keeps_only_the_current_ones(fake_server, tmp_path):
+    e = _engine_on(fake_server, tmp_path, mode="merged")
+    _Fake.want = [-1.0, -2.0]
+    for v in (0, 1):
+        d = e.root / f"weights_{v + 1}"
+        d.mkdir()
+        e.load_weights((d, torch.tensor(_Fake.want)), v)
+    rpc = [b for p, b, _ in _Fake.seen if p == "/collective_rpc"]
+    assert rpc == [{"method": "reload_weights", "kwargs": {"weights_path": str((e.root / f"weights_{i}").resolve())}}
+                   for i in (1, 2)]
+    assert not [p for p, _, _ in _Fake.seen if "lora" in p]  # no LoRA endpoint in merged mode
+    assert [b["model"] for p, b, _ in _Fake.seen if p == "/v1/completions"] == ["base", "base"]  # the canary
+    assert not (e.root / "weights_1").exists() and (e.root / "weights_2").is_dir() and e.version == 1
+
+
+def test_a_relative_shared_adapter_directory_is_refused():
+    from omegaconf import OmegaConf
+
+    from rlx.rollout.config import RolloutConfig
+
+    with pytest.raises(ValueError, match="rollout.server.shared_dir must be an absolute path"):
+        OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"server": {"shared_dir": "rel/dir"}}))
 
 
 def test_a_server_serving_other_weights_stops_the_run_naming_it_and_the_version(fake_server, tmp_path):
@@ -218,6 +252,20 @@ def test_trains_end_to_end_on_servers_off_policy(tmp_path, mode, servers):
     rows = [r for r in read_metrics(tmp_path) if r["step"] >= 1]
     assert max(r["rollout/staleness/max"] for r in rows) >= 1  # off-policy data reached the loss
     assert all(r["rollout/staleness/max"] <= 2 for r in rows)
+
+
+@pytest.mark.slow
+def test_full_fine_tuning_trains_end_to_end_on_a_local_server(tmp_path):
+    """model.finetune=full: every weight reloads on the server at each sync (the merged test above covers the
+    reload path fast); the canary holds at every version and the server's log-probs are the trainer's."""
+    s = run_tiny(tmp_path, HEAD_DIM_32 + ["rollout=vllm_server", "model.finetune=full", "train.steps=3",
+                                          "train.eval_every=3", "train.ckpt_every=3", "task.n_train=60",
+                                          "task.n_eval=8", "model.sft.steps=60", "rollout.eval_k=0"])
+    assert s["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path) if r["step"] >= 1]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3 and r["rollout/logprob_diff/max"] < 1e-3
 
 
 def test_the_canary_catches_a_real_server_still_serving_the_old_adapter(served):
@@ -318,6 +366,42 @@ def test_a_local_server_killed_mid_request_is_restarted_and_the_requests_in_flig
     after = got["batch"]
     assert torch.equal(before.completion_ids, after.completion_ids) and before.texts == after.texts
     assert torch.allclose(before.logprobs, after.logprobs, atol=1e-5)
+
+
+def test_merged_sync_reloads_the_weights_in_place_on_the_server(tmp_path):
+    """rollout.vllm.sync=merged: W + sBA go to the server as safetensors and replace its weights in place
+    (no LoRA slot): the sampled tokens' log-probs are the trainer's at every version, an update changes
+    the samples, and only the current weights stay on disk."""
+    pytest.importorskip("vllm")
+    from rlx.rollout.base import SamplingParams
+    from tests.rollout.conftest import make_engine, tiny_policy
+
+    policy, tok = tiny_policy(tmp_path / "base")
+    engine = make_engine("vllm-server", policy, tok, tmp_path / "base", vllm={"sync": "merged"})
+    try:
+        assert engine.mode == "merged" and engine.current == "base" and engine.canary_diff < 1e-3
+        sp, seeds = SamplingParams(temperature=1.0, max_tokens=12), list(range(300, 308))
+        before = engine.generate(["3+4=", "12-5="], 4, sp, torch.Generator(), seeds=seeds)
+        with torch.no_grad():
+            for n, p in policy.named_parameters():
+                if "lora_B" in n:
+                    p.mul_(-2.0)
+        engine.sync(policy, 1)
+        assert engine.version == 1 and engine.canary_diff < 1e-3  # the server serves the new weights
+        after = engine.generate(["3+4=", "12-5="], 4, sp, torch.Generator(), seeds=seeds)
+        assert not torch.equal(before.completion_ids, after.completion_ids)
+        assert (after.token_version[after.completion_mask.bool()] == 1).all()
+        from rlx.models.forward import token_logprobs
+
+        ids = torch.cat([after.prompt_ids, after.completion_ids], 1)
+        mask = torch.cat([after.prompt_mask, after.completion_mask], 1)
+        with torch.no_grad():
+            mine = token_logprobs(policy, ids, mask, after.completion_ids.shape[1])  # [N, T] at T 1
+        m = after.completion_mask.bool()
+        assert (mine[m] - after.logprobs[m]).abs().max() < 1e-3
+        assert sorted(p.name for p in engine.root.iterdir() if p.name.startswith("weights_")) == ["weights_2"]
+    finally:
+        engine.close()
 
 
 def _closed_port() -> int:

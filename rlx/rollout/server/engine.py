@@ -4,10 +4,14 @@
 - Prompts go in and completions come out as token ids, with the sampled tokens' log-probs (vLLM's
   processed log-probs, as the colocated engine returns); nothing is re-tokenized. Each row has its own
   seed, so a row's sample does not depend on the server or the batch it went to.
-- Weight sync is adapter-only: version v's LoRA adapter is written atomically into the run's adapter
-  directory, loaded on every server by vLLM's runtime LoRA loading, named in every request, and the
-  versions no schedule can still ask for are unloaded and deleted. Every token carries the version of
-  the adapter its request named.
+- Weight sync, LoRA (default, `rollout.vllm.sync=auto|adapter`): version v's adapter is written
+  atomically into the run's adapter directory, loaded on every server by vLLM's runtime LoRA loading,
+  named in every request, and the versions no schedule can still ask for are unloaded and deleted.
+  Merged LoRA (`rollout.vllm.sync=merged`) or full fine-tuning (`model.finetune=full`): the whole
+  weights (W + sBA, or every parameter) are written as safetensors into the same directory and every
+  server reloads them in place (vLLM's `reload_weights` through `/collective_rpc`, which a server
+  offers in its dev mode: local servers are started so). Every token carries the version of the
+  weights its request was served with (a sync happens between two generate calls).
 - Sync canary: after each load, a fixed probe's log-probs from every server must equal the trainer's
   to a tolerance set by the dtype; a server still serving other weights stops the run, naming the
   server and the version.
@@ -28,7 +32,7 @@ from rlx.models.forward import token_logprobs
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
-from rlx.rollout.vllm import _vllm_rank, engine_max_model_len
+from rlx.rollout.vllm import _vllm_rank, engine_max_model_len, full_state_dict, merged_state_dict, sync_mode
 
 # the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
 # with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
@@ -40,9 +44,7 @@ class VLLMServerEngine(RolloutEngine):
     @classmethod
     def check_config(cls, cfg) -> None:
         """What the server engine does not do (yet): refused by name before any model is built."""
-        for bad, what in ((cfg.model.finetune != "lora", f"model.finetune={cfg.model.finetune} (weight sync is "
-                                                         f"adapter-only)"),
-                          (cfg.quant.format != "none", f"quant.format={cfg.quant.format} (servers load the 16-bit "
+        for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (servers load the 16-bit "
                                                        f"base)"),
                           (cfg.noise.type != "none", "noise=aqn (AQN perturbs the norm weights of an engine in this "
                                                      "process)"),
@@ -65,22 +67,32 @@ class VLLMServerEngine(RolloutEngine):
         if base_dir is None:
             raise ValueError("rollout=vllm_server needs the base model directory (config.json) the servers load")
         self.cfg, self.tok, self.dtype = cfg, tokenizer, trainer.dtype
-        self.root = Path(tempfile.mkdtemp(prefix="rlx-adapters-"))  # the only paths a server is told to load
         sc = cfg.server
+        if sc.shared_dir:  # servers on other nodes read what this rank writes there
+            Path(sc.shared_dir).mkdir(parents=True, exist_ok=True)
+        # the only paths a server is told to load: a directory of this rank's own
+        self.root = Path(tempfile.mkdtemp(prefix="rlx-adapters-", dir=sc.shared_dir or None))
+        # under torchrun every rank syncs its own copy to the servers it shares: names must not collide
+        self.rank = int(os.environ.get("RANK", "0"))
+        lora = hasattr(policy, "peft_config")
+        # LoRA goes as an adapter unless merged is asked for; full fine-tuning reloads every weight
+        self.mode = sync_mode("adapter" if cfg.vllm.sync == "auto" and lora else cfg.vllm.sync, "none", lora=lora)
         if sc.urls:
             self.pool = ServerPool.remote(list(sc.urls), sc.startup_timeout_s, sc.request_timeout_s)
         else:
-            rank = _vllm_rank(max(int(policy.peft_config[a].r) for a in policy.peft_config))
+            rank = None if self.mode != "adapter" else _vllm_rank(max(int(policy.peft_config[a].r)
+                                                                     for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
             command = lambda port, key: server_command(  # noqa: E731
                 str(base_dir), port, key, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
                 seed=seed, max_num_seqs=int(cfg.vllm.max_num_seqs), kv_cache_gb=float(cfg.vllm.kv_cache_gb))
             logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each
-            self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads),
+            self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads, self.mode != "adapter"),
                                          sc.startup_timeout_s, sc.request_timeout_s)
         self.pool.on_restart = self._reload
         self.loaded: dict[int, tuple[str, Path]] = {}  # version -> (adapter name on every server, its directory)
+        self.weights: Path | None = None  # merged / full: the directory every server holds now
         self.keep = int(cfg.max_staleness) + 2  # stale mode asks again for versions up to k updates old
         self._exports = 0
         self.version = -1
@@ -91,16 +103,25 @@ class VLLMServerEngine(RolloutEngine):
 
     # -- weights ------------------------------------------------------------------------------------
     def export_weights(self, policy):
-        """Trainer side: the policy's adapter saved (atomically: a temporary directory renamed)."""
+        """Trainer side: the policy's adapter, or its merged / full weights as safetensors, saved atomically
+        (a temporary directory renamed), and the trainer's probe log-probs for the canary."""
         self._exports += 1
-        final = self.root / f"adapter_{self._exports}"
-        tmp = self.root / f".tmp-adapter_{self._exports}"
-        policy.save_pretrained(tmp)
+        kind = "adapter" if self.mode == "adapter" else "weights"
+        final = self.root / f"{kind}_{self._exports}"
+        tmp = self.root / f".tmp-{kind}_{self._exports}"
+        if self.mode == "adapter":
+            policy.save_pretrained(tmp)
+        else:
+            from safetensors.torch import save_file
+
+            state = (merged_state_dict if self.mode == "merged" else full_state_dict)(policy, self.dtype)
+            tmp.mkdir()  # a tied head shares the embedding's storage: safetensors wants each tensor once
+            save_file({k: v.detach().cpu().contiguous().clone() for k, v in state.items()}, tmp / "model.safetensors")
         os.replace(tmp, final)
         return final, _probe_logprobs(policy, self._probe_ids())
 
     def sync(self, policy, version: int) -> None:
-        if version in self.loaded:  # stale mode asks again for a version the servers still hold
+        if version in self.loaded and self.mode == "adapter":  # stale mode asks again for a version the servers still hold
             self.current, self.version = self.loaded[version][0], int(version)
             return
         self.load_weights(self.export_weights(policy), version)
@@ -113,25 +134,40 @@ class VLLMServerEngine(RolloutEngine):
         if self.root.resolve() not in path.parents:
             raise ValueError(f"rollout=vllm_server: refusing to load {path}, outside the run's adapter "
                              f"directory {self.root}")
-        name = f"rlx-v{int(version)}-{path.name}"
+        name = f"rlx-r{self.rank}-v{int(version)}-{path.name}" if self.mode == "adapter" else "base"
         for s in list(self.pool.servers):
             try:
-                s.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+                self._load_on(s, name, path)
             except ServerError as e:
                 if not e.unreachable:
                     raise
                 self.pool.drop(s, e)
-        self.loaded[int(version)], self.current, self.version = (name, path), name, int(version)
+        if self.mode == "adapter":
+            self.loaded[int(version)] = (name, path)
+        else:  # a server holds one set of weights: the previous directory is not needed again
+            old, self.weights = self.weights, path
+            if old is not None and old != path:
+                shutil.rmtree(old, ignore_errors=True)
+        self.current, self.version = name, int(version)
         if self.cfg.server.canary:
             self.canary_diff = self._canary(want, version)
         for v in sorted(self.loaded)[: -self.keep]:
             self._retire(v)
         self.sync_s = time.time() - t0
 
-    def _reload(self, server) -> None:
-        """A restarted server loads every adapter version the schedule may still name."""
-        for name, path in self.loaded.values():
+    def _load_on(self, server, name: str, path: Path) -> None:
+        """One server takes version `name` at `path`: a runtime LoRA load, or an in-place weight reload."""
+        if self.mode == "adapter":
             server.request("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        else:
+            server.request("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+
+    def _reload(self, server) -> None:
+        """A restarted server loads every adapter version the schedule may still name, or the weights now served."""
+        for name, path in self.loaded.values():
+            self._load_on(server, name, path)
+        if self.weights is not None:
+            self._load_on(server, "base", self.weights)
 
     def _retire(self, version: int) -> None:
         name, path = self.loaded.pop(version)
@@ -230,9 +266,13 @@ class VLLMServerEngine(RolloutEngine):
         shutil.rmtree(getattr(self, "root", ""), ignore_errors=True)
 
 
-def _server_env(threads: int) -> dict:
+def _server_env(threads: int, reload: bool = False) -> dict:
+    """A local server's environment; `reload` (merged / full sync): vLLM's dev mode, which offers
+    /collective_rpc (the in-place weight reload). The server listens on loopback behind the run's key."""
     env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_CPU_OMP_THREADS_BIND="nobind",
                OMP_NUM_THREADS=str(threads))
+    if reload:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # a server runs its engine core as it chooses
     return env
 

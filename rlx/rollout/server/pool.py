@@ -91,16 +91,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(model_dir: str, port: int, key: str, *, lora_rank: int, max_model_len: int, dtype: str,
+def server_command(model_dir: str, port: int, key: str, *, lora_rank: int | None, max_model_len: int, dtype: str,
                    seed: int, max_num_seqs: int, kv_cache_gb: float) -> list[str]:
     """The command line of one local server (vLLM's `vllm` console script fails on the CPU build: its
     module is run instead). As the colocated engine: processed log-probs (at the sampling temperature),
     whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
-    blocks would outlive an adapter's version)."""
+    blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights)."""
+    lora = [] if lora_rank is None else ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
             "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
-            "--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2", "--max-model-len",
-            str(max_model_len), "--dtype", dtype, "--seed", str(seed), "--max-num-seqs", str(max_num_seqs),
+            *lora, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed), "--max-num-seqs", str(max_num_seqs),
             "--kv-cache-memory-bytes", str(int(kv_cache_gb * (1 << 30))), "--logprobs-mode", "processed_logprobs",
             "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", "--enforce-eager",
             "--no-enable-prefix-caching"]
