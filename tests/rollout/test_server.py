@@ -404,6 +404,33 @@ def test_merged_sync_reloads_the_weights_in_place_on_the_server(tmp_path):
         engine.close()
 
 
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses of the sockets listening on `port` (/proc/net/tcp and tcp6), as hex."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                out.add(addr)
+    return out
+
+
+def test_a_local_server_listens_on_loopback_only_and_refuses_requests_without_the_runs_key(served):
+    from urllib.parse import urlparse
+
+    engine, _, _ = served["vllm-server"]
+    server = engine.pool.servers[0]
+    assert _listening_addresses(urlparse(server.url).port) == {"0100007F"}  # 127.0.0.1, no wildcard
+    body = {"model": engine.current, "prompt": [1, 2, 3], "max_tokens": 1}
+    for key in (None, "not-the-run-key"):
+        with pytest.raises(ServerError, match="HTTP 401"):
+            Server(server.url, key, 30.0).request("/v1/completions", body)
+        with pytest.raises(ServerError, match="HTTP 401"):  # nor may it load an adapter
+            Server(server.url, key, 30.0).request("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/tmp"})
+    assert server.request("/v1/completions", body)["choices"]  # the run's key is accepted
+
+
 def _closed_port() -> int:
     from rlx.rollout.server.pool import free_port
 
