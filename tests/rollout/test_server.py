@@ -30,6 +30,20 @@ def test_requests_go_to_the_least_loaded_server():
     assert [s.in_flight for s in pool.servers] == [1, 1, 1]
 
 
+def test_a_key_with_a_leading_dash_reaches_the_server_as_the_key():
+    """secrets.token_urlsafe draws a leading '-' about once in 64 runs: as a separate argument, vLLM's
+    parser took it for an option and the server exited ('--api-key: expected at least one argument')."""
+    import argparse
+
+    from rlx.rollout.server.pool import server_command
+
+    cmd = server_command("/m", 8000, "-Xy_z", lora_rank=None, max_model_len=64, dtype="float32", seed=0,
+                         max_num_seqs=4, kv_cache_gb=0.1)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--api-key", nargs="+")  # as vLLM declares it
+    assert parser.parse_known_args(cmd[3:])[0].api_key == ["-Xy_z"]
+
+
 def test_a_server_that_dies_before_it_is_healthy_fails_with_its_log(tmp_path):
     cmd = [sys.executable, "-c", "import sys; print('no such model: /m', flush=True); sys.exit(3)"]
     s = start_local(cmd, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", "k", 1.0)

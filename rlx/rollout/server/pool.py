@@ -98,9 +98,11 @@ def server_command(model_dir: str, port: int, key: str, *, lora_rank: int | None
     whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
     blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights)."""
     lora = [] if lora_rank is None else ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
+    # --api-key=KEY as one token: a key drawn with a leading "-" would otherwise read as an option
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
-            *lora, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed), "--max-num-seqs", str(max_num_seqs),
+            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), f"--api-key={key}",
+            *lora, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
+            "--max-num-seqs", str(max_num_seqs),
             "--kv-cache-memory-bytes", str(int(kv_cache_gb * (1 << 30))), "--logprobs-mode", "processed_logprobs",
             "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", "--enforce-eager",
             "--no-enable-prefix-caching"]
