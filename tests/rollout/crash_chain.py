@@ -5,9 +5,11 @@
 The parent imports rlx once and forks a child per attempt, which runs `rlx.train.run` on RUN_DIR (TINY
 + the overrides) and resumes from its newest checkpoint. The parent watches the run directory and
 sends the child SIGKILL at a crash point drawn from SEED: after the metrics line of step c + 1 + r
-appears (c: the newest checkpoint when the child started, r in {0, 1}), plus a delay in [0, 0.4) s,
-so the kills land anywhere in a step (generating, updating, logging, mid-checkpoint). r = 1 makes
-progress certain (step c + 1's checkpoint is written before step c + 2 starts). After KILLS kills a
+appears (c: the newest checkpoint when the child started, r in {0, 1}), plus a delay of u times that
+step's own duration (u uniform in [0, 1)), so the kills land anywhere in the next step (generating,
+updating, logging, mid-checkpoint) whatever the machine's speed. r = 1 makes progress certain (step
+c + 1's checkpoint is written before step c + 2 starts), and a kill advances the run by at most ~3
+steps. After KILLS kills a
 last child runs to the end. Forking after the imports makes a crash point cost ~1 s instead of the
 ~15 CPU-s a fresh interpreter spends importing torch and transformers here.
 
@@ -25,16 +27,20 @@ import time
 from pathlib import Path
 
 
-def _steps(path: Path) -> list[int]:
+def _rows(path: Path) -> list[dict]:
     if not path.exists():
         return []
     out = []
     for line in path.read_text().splitlines():
         try:
-            out.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError):  # a line being written
+            out.append(json.loads(line))
+        except ValueError:  # a line being written
             pass
     return out
+
+
+def _steps(path: Path) -> list[int]:
+    return [int(r["step"]) for r in _rows(path) if "step" in r]
 
 
 def _newest_ckpt(run_dir: Path) -> int:
@@ -69,7 +75,7 @@ def chain(run_dir: Path, kills: int, seed: int, overrides: list[str], steps: int
         last = len(events) >= kills
         start_ckpt = _newest_ckpt(run_dir)
         target = start_ckpt + 1 + rng.randint(0, 1)
-        delay = rng.uniform(0.0, 0.4)
+        u = rng.random()
         pid = os.fork()
         if pid == 0:
             _child(run_dir, overrides)
@@ -83,7 +89,9 @@ def chain(run_dir: Path, kills: int, seed: int, overrides: list[str], steps: int
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 raise TimeoutError(f"the chain did not finish in {timeout_s:.0f} s")
-            if not last and target <= steps and max(_steps(run_dir / "metrics.jsonl"), default=-1) >= target:
+            seen = [r for r in _rows(run_dir / "metrics.jsonl") if r.get("step", -1) >= target]
+            if not last and target <= steps and seen:
+                delay = u * float(seen[0].get("timing_s/step", 0.5))
                 time.sleep(delay)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)

@@ -58,9 +58,9 @@ def assert_exactly_once(run_dir, steps: int, result: dict, kills: int) -> list[d
 
 @pytest.mark.parametrize("policy, extra", [("pace", []), ("drop", ["rollout.queue_batches=4"])])
 def test_async_run_killed_at_ten_points_trains_each_prompt_once(tmp_path, policy, extra):
-    """hf engine, 10 kills per staleness policy (20 crash points in all). Under `drop` the generator runs
+    """hf engine, 10 kills per staleness policy (20 crash points in all), 30 steps. Under `drop` the generator runs
     4 batches ahead of a staleness bound of 1, so groups go stale, are dropped and generated again."""
-    steps = 16
+    steps = 30  # 10 kills advance the run by at most ~3 steps each (crash_chain.py): the last child finishes it
     over = ASYNC + [f"rollout.staleness_policy={policy}", f"train.steps={steps}", *extra]
     result = crash_chain(tmp_path, 10, seed={"pace": 0, "drop": 1}[policy], overrides=over)
     rows = assert_exactly_once(tmp_path, steps, result, 10)
@@ -76,7 +76,7 @@ def test_async_run_on_vllm_killed_and_resumed_trains_each_prompt_once(tmp_path, 
     kills with each child; the resumed child starts a new one), 3 kills each: slow (an engine start
     per crash point); the fast test above covers the schedule's logic, which no engine changes."""
     pytest.importorskip("vllm")
-    steps = 8
+    steps = 10
     over = ASYNC + HEAD_DIM_32 + [f"rollout={engine}", f"rollout.staleness_policy={policy}", f"train.steps={steps}",
                                   *(["rollout.queue_batches=4"] if policy == "drop" else [])]
     result = crash_chain(tmp_path, 3, seed=2, overrides=over, timeout_s=1800)
