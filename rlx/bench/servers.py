@@ -66,32 +66,46 @@ def main(argv=None) -> dict:
     ap.add_argument("--work", default=None)
     ap.add_argument("override", nargs="*", help="extra Hydra overrides for every run")
     a = ap.parse_args(argv)
+    unknown = [arm for arm in a.arms.split(",") if arm not in ARMS]
+    if unknown:
+        ap.error(f"--arms: {unknown} not among {list(ARMS)}")
     work, tmp = work_dir(a.work, "rlx-bench-servers-")
     runs: dict = {}
+    failed: list[str] = []
+
+    def measure(name: str, run_dir: Path, over: list[str]) -> None:
+        """One arm's run; a run that fails is named (its log: run_dir/train.log, servers/) and skipped."""
+        try:
+            runs.setdefault(name, []).append(run_once(run_dir, over, a))
+        except subprocess.CalledProcessError as e:
+            failed.append(f"{name}: exit {e.returncode} ({run_dir})")
+            print(f"[bench] {name} failed: exit {e.returncode}; see {run_dir}/train.log and {run_dir}/servers/",
+                  flush=True)
+
     try:
         for rep in range(a.repeats):
             for mode in a.modes.split(","):
                 for arm in a.arms.split(","):  # alternating: each round runs every arm once
                     over = ARMS[arm]
                     mode_over = [f"rollout.mode={mode}", f"rollout.max_staleness={a.k if mode == 'async' else 0}"]
-                    runs.setdefault(f"{arm} {mode}", []).append(
-                        run_once(work / f"{arm.replace(' ', '_')}_{mode}_{rep}", over + mode_over, a))
+                    measure(f"{arm} {mode}", work / f"{arm.replace(' ', '_')}_{mode}_{rep}", over + mode_over)
             if a.merged:
-                runs.setdefault("1 server sync merged", []).append(run_once(work / f"merged_{rep}", MERGED, a))
+                measure("1 server sync merged", work / f"merged_{rep}", MERGED)
     finally:
         if tmp is not None:
             tmp.cleanup()
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     for name, m in med.items():
         if name.endswith("merged"):  # the sync itself against the adapter's
-            ratio = f" | sync {m['sync_s'] / med['1 server sync']['sync_s']:.1f}x the adapter's" if "1 server sync" in med else ""
+            adapter = med.get("1 server sync")
+            ratio = f" | sync {m['sync_s'] / adapter['sync_s']:.1f}x the adapter's" if adapter else ""
         else:  # the whole step against the colocated engine's in the same mode
             base = med.get(f"colocated {name.split()[-1]}")
             ratio = f" | {m['step_s'] / base['step_s']:.2f}x colocated" if base else ""
         print(f"{name:22s} {m['step_s']:.3f} s/step (gen {m['gen_s']:.3f}, train {m['train_s']:.3f}, sync "
               f"{m['sync_s']:.4f}, trainer wait {m['wait_s']:.3f}){ratio}", flush=True)
     if a.out:
-        Path(a.out).write_text(json.dumps({"args": vars(a), "runs": runs, "median": med}, indent=2))
+        Path(a.out).write_text(json.dumps({"args": vars(a), "runs": runs, "median": med, "failed": failed}, indent=2))
     return med
 
 
