@@ -9,9 +9,8 @@ appears (c: the newest checkpoint when the child started, r in {0, 1}), plus a d
 step's own duration (u uniform in [0, 1)), so the kills land anywhere in the next step (generating,
 updating, logging, mid-checkpoint) whatever the machine's speed. r = 1 makes progress certain (step
 c + 1's checkpoint is written before step c + 2 starts), and a kill advances the run by at most ~3
-steps. After KILLS kills a
-last child runs to the end. Forking after the imports makes a crash point cost ~1 s instead of the
-~15 CPU-s a fresh interpreter spends importing torch and transformers here.
+steps. After KILLS kills a last child runs to the end. Forking after the imports spares each crash
+point the ~15 CPU-s a fresh interpreter spends importing torch and transformers here.
 
 Prints one JSON line: the kills (what the run directory held at each) and the children's exit codes.
 """
@@ -27,26 +26,17 @@ import time
 from pathlib import Path
 
 
-def _rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:  # a line being written
-            pass
-    return out
+def _rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl's rows so far (the line a running child is writing is left out)."""
+    from rlx.run.records import METRICS, read_metrics
 
-
-def _steps(path: Path) -> list[int]:
-    return [int(r["step"]) for r in _rows(path) if "step" in r]
+    return read_metrics(run_dir) if (run_dir / METRICS).exists() else []
 
 
 def _newest_ckpt(run_dir: Path) -> int:
-    root = run_dir / "ckpt"
-    done = [int(p.name.split("_")[1]) for p in root.glob("step_*")] if root.exists() else []
-    return max(done, default=0)
+    from rlx.run.checkpoint import Checkpointer
+
+    return max(Checkpointer(run_dir / "ckpt").steps(), default=0)
 
 
 def _child(run_dir: Path, overrides: list[str]) -> None:
@@ -89,17 +79,19 @@ def chain(run_dir: Path, kills: int, seed: int, overrides: list[str], steps: int
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 raise TimeoutError(f"the chain did not finish in {timeout_s:.0f} s")
-            seen = [r for r in _rows(run_dir / "metrics.jsonl") if r.get("step", -1) >= target]
+            seen = [r for r in _rows(run_dir) if r["step"] >= target]
             if not last and target <= steps and seen:
                 delay = u * float(seen[0].get("timing_s/step", 0.5))
                 time.sleep(delay)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
+                from rlx.run.checkpoint import TMP_PREFIX
+
                 ckpt_dir = run_dir / "ckpt"
                 events.append({"start_ckpt": start_ckpt, "target": target, "delay_s": round(delay, 3),
-                               "logged": max(_steps(run_dir / "metrics.jsonl"), default=-1),
-                               "ckpt": _newest_ckpt(run_dir),
-                               "tmp": ckpt_dir.exists() and any(p.name.startswith(".") for p in ckpt_dir.iterdir())})
+                               "logged": max((r["step"] for r in _rows(run_dir)), default=-1),
+                               "ckpt": _newest_ckpt(run_dir),  # and whether a save was cut in the middle:
+                               "tmp": any(p.name.startswith(TMP_PREFIX) for p in ckpt_dir.glob(".*"))})
                 killed = True
                 break
             time.sleep(0.01)
