@@ -33,6 +33,7 @@ from rlx.algo.correction import correction_weights, mismatch_metrics, resolve
 from rlx.algo.losses import policy_loss
 from rlx.algo.micro_batches import MicroBatch, batch_logprobs, forward_logprobs, micro_batches
 from rlx.algo.shaping import Shaped, mask_truncated
+from rlx.quant.linear import held_dequantized
 from rlx.run.device import autocast
 from rlx.run.distributed import DataParallel, World
 
@@ -78,6 +79,7 @@ class Update:
     sched: object  # the LR scheduler of the optimizer passed to each call (stepped once per pass)
     train_noise: object = None
     ref_policy: torch.nn.Module | None = None
+    hold_packed_base: bool = True  # a packed (QeRL) base dequantized once per update, not at every forward
 
     @classmethod
     def from_config(cls, cfg, trainer, sched, train_noise=None, ref_policy=None, algo: AlgoConfig | None = None
@@ -101,10 +103,13 @@ class Update:
         if len(batch) == 0:
             return m, 0
         prep = self.prepare(batch, shaped.rewards, dp)
-        prep.ref = self.reference(policy, prep)
-        policy.train()
-        agg, tok_total, grad_norm, trained_tokens = self.train_passes(policy, opt, prep, dp, step)
-        policy.eval()
+        # the frozen packed base does not change within an update: each weight is dequantized once here
+        # instead of at every micro-batch's forward and checkpointed recompute (the same values; one copy)
+        with held_dequantized(policy) if self.hold_packed_base else nullcontext():
+            prep.ref = self.reference(policy, prep)
+            policy.train()
+            agg, tok_total, grad_norm, trained_tokens = self.train_passes(policy, opt, prep, dp, step)
+            policy.eval()
         m.update(self.summarise(agg, tok_total, grad_norm, prep, batch, dp))
         return m, trained_tokens
 

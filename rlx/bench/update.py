@@ -11,6 +11,8 @@ fresh AdamW restored before every call:
   shared  + algo.shared_prefix (each prompt once per group)
   lean    all three
   lean_bf16  lean under trainer.dtype=bf16 autocast (other numerics: not in the default list)
+  lean_unheld  lean with a packed base (--override quant=nvfp4) dequantized at every forward, as
+          before the update held it (the same values; not in the default list)
 
 Per setting: wall and process CPU seconds per update (mean over repeats, step 1 of each setting's
 first call dropped as warm-up), the token slots the decoder and the head compute, an estimate of
@@ -43,12 +45,14 @@ SETTINGS = {
     "shared": {"logprob_chunk": 0, "micro_batch_tokens": 0, "shared_prefix": True},
     "lean": {"logprob_chunk": 1024, "micro_batch_tokens": 4096, "shared_prefix": True},
     "lean_bf16": {"logprob_chunk": 1024, "micro_batch_tokens": 4096, "shared_prefix": True, "dtype": "bf16"},
+    "lean_unheld": {"logprob_chunk": 1024, "micro_batch_tokens": 4096, "shared_prefix": True, "hold": False},
 }
+NOT_ALGO = ("dtype", "hold")  # setting keys that are not algo.* values
 DEFAULT_SETTINGS = "plain,chunk,tokens,shared,lean"
 
 
 def _algo(setting: str) -> dict:
-    return {k: v for k, v in SETTINGS[setting].items() if k != "dtype"}
+    return {k: v for k, v in SETTINGS[setting].items() if k not in NOT_ALGO}
 
 
 def compose(overrides: list[str]):
@@ -116,7 +120,9 @@ def one_update(cfg, policy, batch, rewards, trainer, setting: str) -> tuple[floa
     opt = torch.optim.AdamW(params, lr=c.algo.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     t0, c0 = time.perf_counter(), time.process_time()
-    Update.from_config(c, trainer, sched)(policy, opt, Shaped(batch, rewards), None, 1)
+    update = Update.from_config(c, trainer, sched)
+    update.hold_packed_base = SETTINGS[setting].get("hold", True)
+    update(policy, opt, Shaped(batch, rewards), None, 1)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     with torch.no_grad():
         for q, s in zip(params, saved):
