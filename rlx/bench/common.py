@@ -14,3 +14,33 @@ def work_dir(path: str | None, prefix: str) -> tuple[Path, tempfile.TemporaryDir
         return work, None
     tmp = tempfile.TemporaryDirectory(prefix=prefix)
     return Path(tmp.name), tmp
+
+
+def train_run(run_dir: Path, overrides: list[str], steps: int, skip: int) -> tuple[list[dict], float, float]:
+    """Run `python -m rlx.train` for `steps` steps into `run_dir` (no logger, no progress bar, one evaluation
+    and one checkpoint, at the end; `overrides` come after those, so they may change them); returns (metrics rows of the steps after
+    `skip`, wall seconds, CPU seconds of the run's own processes)."""
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    from rlx.run.records import read_metrics
+
+    cmd = [sys.executable, "-m", "rlx.train", f"train.steps={steps}", f"train.eval_every={steps}",
+           f"train.ckpt_every={steps}", "logger.mode=disabled", "train.progress=false", "rollout.eval_k=0",
+           f"hydra.run.dir={run_dir}", *overrides]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
+    wall = time.time() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return [r for r in read_metrics(run_dir) if r["step"] > skip], wall, cpu
+
+
+def step_seconds(rows: list[dict]) -> float:
+    """Median wall seconds of an RL step, its evaluation left out."""
+    import statistics
+
+    return statistics.median(r["timing_s/step"] - r.get("timing_s/eval", 0.0) for r in rows)

@@ -12,33 +12,17 @@ generator thread and the trainer ran at the same time).
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from rlx.bench.common import work_dir
-from rlx.run.records import read_metrics
+from rlx.bench.common import step_seconds, train_run, work_dir
 
 
 def run_once(run_dir: Path, engine: str, mode: str, threads: int, a) -> dict:
     over = [f"rollout={engine}", f"rollout.mode={mode}", f"rollout.max_staleness={a.k if mode == 'async' else 0}",
-            f"train.steps={a.steps}", f"train.eval_every={a.steps}", f"train.ckpt_every={a.steps}",
-            f"trainer.threads={threads}", "logger.mode=disabled", "train.progress=false", "rollout.eval_k=0",
-            f"hydra.run.dir={run_dir}", *a.override]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.time()
-    subprocess.run([sys.executable, "-m", "rlx.train", *over], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=3600)
-    wall = time.time() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    rows = read_metrics(run_dir)
-    steps = [r for r in rows if r["step"] > a.skip]
-    step_s = [r["timing_s/step"] - r.get("timing_s/eval", 0.0) for r in steps]
-    return {"step_s": statistics.median(step_s),
+            f"trainer.threads={threads}", *a.override]
+    steps, wall, cpu = train_run(run_dir, over, a.steps, a.skip)
+    return {"step_s": step_seconds(steps),
             "wait_s": statistics.mean(r.get("timing_s/trainer_wait", 0.0) for r in steps),
             "idle_s": statistics.mean(r.get("timing_s/gen_idle", 0.0) for r in steps),
             "gen_s": statistics.median(r["timing_s/gen"] for r in steps),

@@ -20,12 +20,9 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-from rlx.bench.common import work_dir
-from rlx.run.records import read_metrics
+from rlx.bench.common import step_seconds, train_run, work_dir
 
 ARMS = {"colocated": ["rollout=vllm"],
         "1 server": ["rollout=vllm_server", "rollout.server.num=1"],
@@ -37,16 +34,9 @@ MODELS = {"default": [],
 
 
 def run_once(run_dir: Path, over: list[str], a) -> dict:
-    cmd = [sys.executable, "-m", "rlx.train", *MODELS[a.model], *over, f"train.steps={a.steps}",
-           f"train.eval_every={a.steps}", f"train.ckpt_every={a.steps}", "trainer.threads=1", "logger.mode=disabled",
-           "train.progress=false", "rollout.eval_k=0", f"hydra.run.dir={run_dir}", *a.override]
-    t0 = time.time()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600)
-    wall = time.time() - t0
-    steps = [r for r in read_metrics(run_dir) if r["step"] > a.skip]
+    steps, wall, _ = train_run(run_dir, [*MODELS[a.model], *over, "trainer.threads=1", *a.override], a.steps, a.skip)
     med = lambda key: statistics.median(r.get(key, 0.0) for r in steps)  # noqa: E731
-    return {"step_s": statistics.median(r["timing_s/step"] - r.get("timing_s/eval", 0.0) for r in steps),
-            "gen_s": med("timing_s/gen"), "train_s": med("timing_s/train"),
+    return {"step_s": step_seconds(steps), "gen_s": med("timing_s/gen"), "train_s": med("timing_s/train"),
             "sync_s": med("timing_s/server_sync") or med("timing_s/sync"), "wait_s": med("timing_s/trainer_wait"),
             "run_wall_s": wall}
 
