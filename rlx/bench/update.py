@@ -157,9 +157,12 @@ def flops(policy, slots: dict, chunked: bool) -> float:
     from torch import nn
 
     from rlx.models.forward import causal_lm
+    from rlx.quant import QuantLinear
 
     lm = causal_lm(policy)
     p_lin = sum(m.weight.numel() for m in lm.model.modules() if isinstance(m, nn.Linear))  # bases and adapters
+    # a packed base computes as many multiply-adds as the dense one (dequantized, then a dense matmul)
+    p_lin += sum(m.in_features * m.out_features for m in lm.model.modules() if isinstance(m, QuantLinear))
     c = lm.config
     head = 2 * c.vocab_size * c.hidden_size * (3 if chunked else 2)
     return 4 * p_lin * slots["decoder_tokens"] + 12 * c.num_hidden_layers * c.hidden_size * slots["attn_slot_ctx"] \

@@ -27,3 +27,18 @@ def test_threads_bench_runs_idle_and_busy(tmp_path, conditions):
     rows = main(["--steps", "3", "--repeats", "1", "--settings", "one,auto", "--conditions", conditions,
                  "--out", str(tmp_path / "threads.json"), *extra])
     assert set(rows) == {"one", "auto"} and all(v["idle"] > 0 and v["busy"] > 0 for v in rows.values())
+
+
+def test_update_bench_counts_a_packed_base_as_the_dense_one():
+    """A QeRL base is dequantized then multiplied densely: the FLOP estimate must not drop its layers."""
+    import torch
+
+    from rlx.bench.update import flops
+    from rlx.quant import QuantConfig, quantize_model
+    from tests.quant.quant_helpers import tiny_qwen
+
+    model = tiny_qwen(dtype=torch.float32)
+    slots = {"decoder_tokens": 100, "attn_slot_ctx": 1000, "head_tokens": 40}
+    dense = flops(model, slots, chunked=True)
+    quantize_model(model, QuantConfig(format="nvfp4"))
+    assert flops(model, slots, chunked=True) == dense
