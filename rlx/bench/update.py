@@ -245,9 +245,31 @@ def main(argv=None) -> dict:
     for s, r in rows.items():
         print(f"| {s} | {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {r['cpu_s'] / base['cpu_s']:.2f} | {r['decoder_tokens']} | "
               f"{r['head_tokens']} | {r['tflop']:.2f} | {r['gflops_per_cpu_s']:.0f} |" + (f" {r['peak_rss_gib']:.2f} |" if a.mem else ""))
+    dequant_s = dequantize_seconds(policy)
+    if dequant_s is not None:
+        print(f"one dequantization of every packed layer: {dequant_s:.3f} CPU-s (fp32; what holding saves per forward)")
     out = Path(a.out or Path(a.work) / "update.json")
-    out.write_text(json.dumps({"args": vars(a), "rows": rows}, indent=2))
+    out.write_text(json.dumps({"args": vars(a), "rows": rows, "dequantize_cpu_s": dequant_s}, indent=2))
     return rows
+
+
+def dequantize_seconds(policy) -> float | None:
+    """Process CPU seconds of dequantizing every packed (QeRL) layer of `policy` once, in fp32 (median of 3);
+    None without a packed base."""
+    import torch
+
+    from rlx.quant import QuantLinear
+
+    layers = [m for m in policy.modules() if isinstance(m, QuantLinear)]
+    if not layers:
+        return None
+    times = []
+    for _ in range(3):
+        c0 = time.process_time()
+        for m in layers:
+            m.dequantize(torch.float32)
+        times.append(time.process_time() - c0)
+    return statistics.median(times)
 
 
 if __name__ == "__main__":

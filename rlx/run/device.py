@@ -53,6 +53,11 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
         raise ValueError(f"trainer.dist_timeout_s must be > 0, got {cfg.dist_timeout_s}")
     if cfg.dtype not in DTYPES:
         raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {sorted(DTYPES)}")
+    if dev == "cpu" and cfg.dtype == "bf16" and not cpu_bf16_flags():
+        from rlx.run.logging import say
+
+        say("[warn] trainer.dtype=bf16 on a CPU without avx512_bf16 or amx_bf16: bf16 matmuls are emulated here, "
+            "several times slower than fp32 (`python -m rlx.bench.dtype` measures it; docs/lean.md)")
     if cfg.threads < -1:
         raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.run.threads), 0 (torch's default) "
                          f"or N >= 1, got {cfg.threads}")
@@ -62,6 +67,17 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
 
     set_mmap_threshold(float(cfg.get("malloc_mmap_threshold_mb", 0.0)))
     return DeviceSpec(torch.device(dev), DTYPES[cfg.dtype], world_size)
+
+
+def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU's native bf16 instruction sets in /proc/cpuinfo (x86 avx512_bf16, amx_bf16; aarch64 bf16);
+    [] if none. Where the file is unreadable (not Linux): ["unknown"], nothing to warn about."""
+    try:
+        with open(cpuinfo) as f:
+            words = set(f.read().split())
+    except OSError:
+        return ["unknown"]
+    return [flag for flag in ("avx512_bf16", "amx_bf16", "bf16") if flag in words]  # bf16: aarch64
 
 
 def autocast(trainer: DeviceSpec):

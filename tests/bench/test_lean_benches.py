@@ -33,12 +33,21 @@ def test_update_bench_counts_a_packed_base_as_the_dense_one():
     """A QeRL base is dequantized then multiplied densely: the FLOP estimate must not drop its layers."""
     import torch
 
-    from rlx.bench.update import flops
+    from rlx.bench.update import dequantize_seconds, flops
     from rlx.quant import QuantConfig, quantize_model
     from tests.quant.quant_helpers import tiny_qwen
 
     model = tiny_qwen(dtype=torch.float32)
     slots = {"decoder_tokens": 100, "attn_slot_ctx": 1000, "head_tokens": 40}
     dense = flops(model, slots, chunked=True)
+    assert dequantize_seconds(model) is None
     quantize_model(model, QuantConfig(format="nvfp4"))
     assert flops(model, slots, chunked=True) == dense
+    assert dequantize_seconds(model) > 0
+
+
+def test_dtype_bench_times_both_dtypes():
+    from rlx.bench.dtype import main
+
+    out = main(["--repeats", "1", "--calls", "1"])
+    assert out["fp32_s"] > 0 and out["bf16_s"] > 0 and out["ratio"] == out["bf16_s"] / out["fp32_s"]

@@ -63,3 +63,24 @@ def test_gpu_hours_is_devices_times_wall_hours(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     hours = summary["perf/compute/gpu_hours"]
     assert 0 < hours <= s["wall_s"] / 3600.0  # one device; the clock starts after the build
+
+
+@pytest.mark.parametrize("flags, native", [("fpu avx2 fma", []), ("avx2 avx512f avx512_bf16 amx_tile", ["avx512_bf16"]),
+                                           ("fp asimd bf16 i8mm", ["bf16"])])
+def test_cpu_bf16_flags_reads_the_native_instruction_sets(tmp_path, flags, native):
+    from rlx.run.device import cpu_bf16_flags
+
+    (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_bf16_flags(str(tmp_path / "cpuinfo")) == native
+    assert cpu_bf16_flags(str(tmp_path / "absent")) == ["unknown"]  # nothing to warn about
+
+
+@pytest.mark.parametrize("flags, dtype, warned", [([], "bf16", True), (["amx_bf16"], "bf16", False),
+                                                  ([], "fp32", False)])
+def test_bf16_on_a_cpu_that_emulates_it_is_warned_at_resolve(monkeypatch, capsys, flags, dtype, warned):
+    import rlx.run.device as device
+
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: flags)
+    spec = resolve(trainer_cfg(device="cpu", dtype=dtype))
+    assert spec.dtype == (torch.bfloat16 if dtype == "bf16" else torch.float32)  # a warning, not a refusal
+    assert ("bf16 matmuls are emulated" in capsys.readouterr().out) == warned
