@@ -6,6 +6,7 @@ groups (vLLM with a quant format or the model's head_dim) are rlx.preflight's / 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -73,6 +74,27 @@ class InterruptConfig:
     )
 
 
+_PLACEMENT = re.compile(r"^(cpu|cuda):(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)$")
+
+
+def parse_placement(entry: str) -> tuple[str, list[int]]:
+    """'cpu:0-2,5' -> ('cpu', [0, 1, 2, 5]); ValueError naming the entry when it is not of that form."""
+    m = _PLACEMENT.match(str(entry).strip())
+    if m is None:
+        raise ValueError(f"rollout.server.placement: '{entry}' is not 'cpu:<cores>' or 'cuda:<ids>' "
+                         f"(e.g. cpu:0-3, cpu:4,6, cuda:0, cuda:2,3)")
+    ids: list[int] = []
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a:
+            raise ValueError(f"rollout.server.placement: '{entry}': the range {part} runs backwards")
+        ids.extend(range(a, b + 1))
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"rollout.server.placement: '{entry}' names a {m.group(1)} id twice")
+    return m.group(1), ids
+
+
 @dataclass
 class ServerConfig:
     """`rollout=vllm_server`: vLLM OpenAI-compatible servers out of the trainer's process (rlx.rollout.server)."""
@@ -110,6 +132,11 @@ class ServerConfig:
         metadata={"help": "an absolute directory every server can read (a shared filesystem for servers on other "
                           "nodes): the run writes its adapters / weights under it; empty: a local temporary one"},
     )
+    placement: list[str] = field(
+        default_factory=list,
+        metadata={"help": "one entry per local server: cpu:<cores> (pinned: cpu:0-3) or cuda:<ids> (its GPUs; several: "
+                          "tensor parallel); empty: the servers share the machine"},
+    )
 
     def __post_init__(self) -> None:
         if self.num < 0 or (self.num > 0) == bool(self.urls):
@@ -120,6 +147,12 @@ class ServerConfig:
                 raise ValueError(f"rollout.server.{key} must be > 0, got {getattr(self, key)}")
         if not 0 <= self.canary_tol < math.inf:
             raise ValueError(f"rollout.server.canary_tol must be >= 0 (0 = by dtype), got {self.canary_tol}")
+        if self.placement:
+            if len(self.placement) != self.num:
+                raise ValueError(f"rollout.server.placement has {len(self.placement)} entries for "
+                                 f"rollout.server.num={self.num} local servers: give one per server (or none)")
+            for entry in self.placement:
+                parse_placement(entry)
         if self.shared_dir and not self.shared_dir.startswith("/"):
             raise ValueError(f"rollout.server.shared_dir must be an absolute path (the servers resolve it on their "
                              f"own nodes), got '{self.shared_dir}'")

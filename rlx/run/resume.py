@@ -120,6 +120,7 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "train.resume", "train.fail_at_step", "train.fail_rank", "logger.", "trainer.threads", "trainer.device",
                      "trainer.dist_timeout_s",
                      "model.cache_dir", "paper",
+                     "rollout.server.placement",  # where local servers run, as trainer.device
                      "trainer.malloc_mmap_threshold_mb",  # where freed blocks go: no value changes
                      "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads
                      "rollout.eval_chunk",  # evaluation's sequences per engine call: no sample or metric changes

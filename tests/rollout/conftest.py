@@ -6,6 +6,7 @@ distributions are far from uniform (greedy has clear winners) and eos comes up n
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +20,8 @@ from rlx.run.device import resolve
 # test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it, and a vLLM server
 VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),
             "vllm-adapter": ("vllm", {"vllm": {"sync": "adapter"}}),
-            "vllm-server": ("vllm_server", {})}  # one local vLLM server, adapter-only sync
+            # one local vLLM server, adapter-only sync, pinned to this process's last core (placement)
+            "vllm-server": ("vllm_server", {"server": {"placement": [f"cpu:{max(os.sched_getaffinity(0))}"]}})}
 ENGINES = list(VARIANTS)
 
 

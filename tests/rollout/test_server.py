@@ -78,6 +78,61 @@ def test_closing_the_pool_leaves_no_process_of_the_server_behind(tmp_path):
     assert [_alive(pid) for pid in pids] == [False, False]
 
 
+def test_placement_entries_become_cores_gpus_and_tensor_parallel():
+    from rlx.rollout.config import parse_placement
+    from rlx.rollout.server.placement import CPUS_ENV, server_env, tensor_parallel
+    from rlx.rollout.server.pool import server_command
+
+    assert parse_placement("cpu:0-2,5") == ("cpu", [0, 1, 2, 5]) and parse_placement("cuda:2,3") == ("cuda", [2, 3])
+    assert server_env("cpu:0-2", {"A": "1"}) == {"A": "1", CPUS_ENV: "0,1,2"}
+    assert server_env("cuda:2,3", {})["CUDA_VISIBLE_DEVICES"] == "2,3" and server_env(None, {"A": "1"}) == {"A": "1"}
+    assert [tensor_parallel(e) for e in (None, "cpu:0-3", "cuda:0", "cuda:2,3")] == [1, 1, 1, 2]
+    cmd = lambda tp: server_command("/m", 8000, "k", lora_rank=None, max_model_len=64, dtype="float32",  # noqa: E731
+                                    seed=0, max_num_seqs=4, kv_cache_gb=0.1, tensor_parallel=tp)
+    assert "--tensor-parallel-size" not in cmd(1) and cmd(2)[cmd(2).index("--tensor-parallel-size") + 1] == "2"
+
+
+def _cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split()[1]
+    raise AssertionError(f"no Cpus_allowed_list for {pid}")
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (a local server's watchdog leads its group)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                pids.append(int(d.name))
+        except (OSError, IndexError):
+            continue
+    return pids
+
+
+def test_a_placed_server_and_the_processes_it_starts_run_on_its_cores_only(tmp_path):
+    from rlx.rollout.server.placement import server_env
+
+    core = max(os.sched_getaffinity(0))
+    child = tmp_path / "child.pid"
+    cmd = [sys.executable, "-c", "import subprocess, sys, time; "
+           f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+           f"open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(120)"]
+    s = start_local(cmd, tmp_path / "server_0.log", server_env(f"cpu:{core}", dict(os.environ)),
+                    "http://127.0.0.1:9", "k", 1.0)
+    try:
+        for _ in range(100):
+            if child.exists() and child.read_text():
+                break
+            time.sleep(0.1)
+        group = _group(s.proc.pid)
+        assert len(group) == 3 and int(child.read_text()) in group  # watchdog, server, the server's worker
+        assert {_cpus_allowed(pid) for pid in group} == {str(core)}
+    finally:
+        stop(s)
+
+
 def _alive(pid: int) -> bool:
     """Running (a killed grandchild may linger as a zombie where nothing reaps it: that is not alive)."""
     try:
@@ -222,6 +277,11 @@ def test_an_adapter_path_outside_the_run_directory_is_never_sent(fake_server, tm
     ({"num": 1, "urls": ["http://node2:8000"]}, "give either rollout.server.num >= 1"),
     ({"threads": 0}, "rollout.server.threads must be > 0"),
     ({"canary_tol": -1.0}, "rollout.server.canary_tol must be >= 0"),
+    ({"num": 2, "placement": ["cpu:0"]}, "placement has 1 entries for rollout.server.num=2"),
+    ({"placement": ["gpu:0"]}, "'gpu:0' is not 'cpu:<cores>' or 'cuda:<ids>'"),
+    ({"placement": ["cpu:3-1"]}, "the range 3-1 runs backwards"),
+    ({"placement": ["cpu:99999"]}, r"'cpu:99999' names cores \[99999\] this process may not use"),
+    ({"placement": ["cuda:7"]}, r"'cuda:7' names GPUs \[7\]; this machine has \d+ CUDA device"),
 ])
 def test_bad_server_settings_are_refused_before_any_model_is_built(tmp_path, server, match):
     from rlx.preflight import check
@@ -430,12 +490,15 @@ def _listening_addresses(port: int) -> set[str]:
     return out
 
 
-def test_a_local_server_listens_on_loopback_only_and_refuses_requests_without_the_runs_key(served):
+def test_a_local_server_listens_on_loopback_only_on_its_cores_and_refuses_requests_without_the_runs_key(served):
     from urllib.parse import urlparse
 
     engine, _, _ = served["vllm-server"]
     server = engine.pool.servers[0]
     assert _listening_addresses(urlparse(server.url).port) == {"0100007F"}  # 127.0.0.1, no wildcard
+    # placed on this process's last core (tests/rollout/conftest.py): vLLM's API server and engine core too
+    group = _group(server.proc.pid)
+    assert len(group) >= 3 and {_cpus_allowed(pid) for pid in group} == {str(max(os.sched_getaffinity(0)))}
     body = {"model": engine.current, "prompt": [1, 2, 3], "max_tokens": 1}
     for key in (None, "not-the-run-key"):
         with pytest.raises(ServerError, match="HTTP 401"):

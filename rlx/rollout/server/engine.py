@@ -31,6 +31,7 @@ import torch
 from rlx.models.forward import token_logprobs
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
+from rlx.rollout.server.placement import check_machine, tensor_parallel
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
 from rlx.rollout.vllm import _vllm_rank, engine_max_model_len, full_state_dict, merged_state_dict, sync_mode
 
@@ -53,6 +54,7 @@ class VLLMServerEngine(RolloutEngine):
             if bad:
                 raise ValueError(f"rollout=vllm_server with {what} is not supported; use rollout=vllm or rollout=hf")
         if cfg.rollout.server.num > 0:  # local servers run this machine's vLLM: its limits (head_dim on CPU)
+            check_machine(list(cfg.rollout.server.placement))  # the cores / GPUs they are placed on exist here
             from rlx.models import head_dim
             from rlx.rollout.vllm import check_engine_config
 
@@ -84,12 +86,13 @@ class VLLMServerEngine(RolloutEngine):
                                                                      for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
-            command = lambda port, key: server_command(  # noqa: E731
+            command = lambda port, key, entry: server_command(  # noqa: E731
                 str(base_dir), port, key, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
-                seed=seed, max_num_seqs=int(cfg.vllm.max_num_seqs), kv_cache_gb=float(cfg.vllm.kv_cache_gb))
+                seed=seed, max_num_seqs=int(cfg.vllm.max_num_seqs), kv_cache_gb=float(cfg.vllm.kv_cache_gb),
+                tensor_parallel=tensor_parallel(entry))
             logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each
             self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads, self.mode != "adapter"),
-                                         sc.startup_timeout_s, sc.request_timeout_s)
+                                         sc.startup_timeout_s, sc.request_timeout_s, list(sc.placement))
         self.pool.on_restart = self._reload
         self.loaded: dict[int, tuple[str, Path]] = {}  # version -> (adapter name on every server, its directory)
         self.weights: Path | None = None  # merged / full: the directory every server holds now

@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from rlx.rollout.server.placement import server_env
 from rlx.run.logging import say
 
 KEY_ENV = "RLX_VLLM_API_KEY"  # the key of remote servers (rollout.server.urls)
@@ -92,27 +93,33 @@ def free_port() -> int:
 
 
 def server_command(model_dir: str, port: int, key: str, *, lora_rank: int | None, max_model_len: int, dtype: str,
-                   seed: int, max_num_seqs: int, kv_cache_gb: float) -> list[str]:
+                   seed: int, max_num_seqs: int, kv_cache_gb: float, tensor_parallel: int = 1) -> list[str]:
     """The command line of one local server (vLLM's `vllm` console script fails on the CPU build: its
     module is run instead). As the colocated engine: processed log-probs (at the sampling temperature),
     whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
-    blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights)."""
+    blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights).
+    `tensor_parallel` > 1: one server over that many GPUs."""
     lora = [] if lora_rank is None else ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
+    tp = [] if tensor_parallel == 1 else ["--tensor-parallel-size", str(tensor_parallel)]
     # --api-key=KEY as one token: a key drawn with a leading "-" would otherwise read as an option
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
             "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), f"--api-key={key}",
-            *lora, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
+            *lora, *tp, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
             "--max-num-seqs", str(max_num_seqs),
             "--kv-cache-memory-bytes", str(int(kv_cache_gb * (1 << 30))), "--logprobs-mode", "processed_logprobs",
             "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", "--enforce-eager",
             "--no-enable-prefix-caching"]
 
 
-# The leader of a local server's process group: it runs the server, and kills the whole group once the
-# process that started it is gone (a trainer killed with kill -9 runs no cleanup: no orphan server stays).
+# The leader of a local server's process group: it pins itself (and so the server) to the placement's cores,
+# runs the server, and kills the whole group once the process that started it is gone (a trainer killed
+# with kill -9 runs no cleanup: no orphan server stays).
 WATCHDOG = """
 import os, signal, subprocess, sys, time
 parent = int(sys.argv[1])
+cpus = os.environ.get("RLX_SERVER_CPUS")  # rollout.server.placement cpu:<cores>: the server inherits it
+if cpus:
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 child = subprocess.Popen(sys.argv[2:])
 while child.poll() is None:
     if os.getppid() != parent:
@@ -182,15 +189,16 @@ class ServerPool:
 
     @classmethod
     def local(cls, n: int, command_for, log_dir: Path, env: dict, timeout_s: float,
-              request_timeout_s: float) -> "ServerPool":
-        """Start `n` local servers (`command_for(port, key)` gives each one's command) and wait for them."""
+              request_timeout_s: float, placement: list[str] | None = None) -> "ServerPool":
+        """Start `n` local servers (`command_for(port, key, entry)` gives each one's command, `entry` its
+        `placement` entry or None) and wait for them."""
         key = secrets.token_urlsafe(24)  # per run: only this process can load adapters or sample
         log_dir.mkdir(parents=True, exist_ok=True)
         servers = []
         for i in range(n):
-            port = free_port()
-            servers.append(start_local(command_for(port, key), log_dir / f"server_{i}.log", env,
-                                       f"http://127.0.0.1:{port}", key, request_timeout_s))
+            port, entry = free_port(), placement[i] if placement else None
+            servers.append(start_local(command_for(port, key, entry), log_dir / f"server_{i}.log",
+                                       server_env(entry, env), f"http://127.0.0.1:{port}", key, request_timeout_s))
         pool = cls(servers, timeout_s)
         try:
             wait_healthy(servers, timeout_s)

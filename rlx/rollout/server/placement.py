@@ -1,0 +1,57 @@
+"""Where each local vLLM server runs: `rollout.server.placement`, one entry per server.
+
+- `cpu:<cores>` (`cpu:0-3`, `cpu:4,6`): the server's whole process group (its watchdog, the API
+  server, vLLM's engine core) may run only on those cores (Linux CPU affinity, inherited by children).
+- `cuda:<ids>` (`cuda:0`, `cuda:2,3`): `CUDA_VISIBLE_DEVICES=<ids>`; more than one id runs the server
+  with `--tensor-parallel-size` = their number.
+
+Empty: every server shares the machine (the OS schedules them). The entries' form is checked with the
+config (`rlx.rollout.config.parse_placement`); what this machine has, before any model is built
+(`check_machine`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from rlx.rollout.config import parse_placement as parse
+
+CPUS_ENV = "RLX_SERVER_CPUS"  # read by the server's watchdog, which pins itself (and so the server) to them
+
+
+def check_machine(entries: list[str]) -> None:
+    """The cores / GPUs the entries name exist for this process; ValueError naming the first that does not."""
+    for entry in entries:
+        kind, ids = parse(entry)
+        if kind == "cpu":
+            allowed = sorted(os.sched_getaffinity(0))
+            missing = [i for i in ids if i not in allowed]
+            if missing:
+                raise ValueError(f"rollout.server.placement: '{entry}' names cores {missing} this process may not "
+                                 f"use (allowed: {allowed})")
+        else:
+            import torch
+
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            missing = [i for i in ids if i >= count]
+            if missing:
+                raise ValueError(f"rollout.server.placement: '{entry}' names GPUs {missing}; this machine has "
+                                 f"{count} CUDA device(s)")
+
+
+def server_env(entry: str | None, env: dict) -> dict:
+    """A copy of `env` placing one server: its cores (for the watchdog) or its visible GPUs."""
+    env = dict(env)
+    if entry:
+        kind, ids = parse(entry)
+        key = CPUS_ENV if kind == "cpu" else "CUDA_VISIBLE_DEVICES"
+        env[key] = ",".join(map(str, ids))
+    return env
+
+
+def tensor_parallel(entry: str | None) -> int:
+    """The tensor-parallel size of a server placed on `entry`: its GPU count (1 on CPU or unplaced)."""
+    if not entry:
+        return 1
+    kind, ids = parse(entry)
+    return len(ids) if kind == "cuda" else 1
