@@ -86,6 +86,8 @@ def test_placement_entries_become_cores_gpus_and_tensor_parallel():
     assert parse_placement("cpu:0-2,5") == ("cpu", [0, 1, 2, 5]) and parse_placement("cuda:2,3") == ("cuda", [2, 3])
     assert server_env("cpu:0-2", {"A": "1"}) == {"A": "1", CPUS_ENV: "0,1,2"}
     assert server_env("cuda:2,3", {})["CUDA_VISIBLE_DEVICES"] == "2,3" and server_env(None, {"A": "1"}) == {"A": "1"}
+    # ids are this process's device indices: under its own CUDA_VISIBLE_DEVICES they map through it
+    assert server_env("cuda:0,2", {"CUDA_VISIBLE_DEVICES": "4,5,6"})["CUDA_VISIBLE_DEVICES"] == "4,6"
     assert [tensor_parallel(e) for e in (None, "cpu:0-3", "cuda:0", "cuda:2,3")] == [1, 1, 1, 2]
     cmd = lambda tp: server_command("/m", 8000, "k", lora_rank=None, max_model_len=64, dtype="float32",  # noqa: E731
                                     seed=0, max_num_seqs=4, kv_cache_gb=0.1, tensor_parallel=tp)

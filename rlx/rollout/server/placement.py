@@ -24,6 +24,8 @@ def check_machine(entries: list[str]) -> None:
     for entry in entries:
         kind, ids = parse(entry)
         if kind == "cpu":
+            if not hasattr(os, "sched_getaffinity"):
+                raise ValueError(f"rollout.server.placement: '{entry}': CPU placement needs Linux CPU affinity")
             allowed = sorted(os.sched_getaffinity(0))
             missing = [i for i in ids if i not in allowed]
             if missing:
@@ -40,12 +42,16 @@ def check_machine(entries: list[str]) -> None:
 
 
 def server_env(entry: str | None, env: dict) -> dict:
-    """A copy of `env` placing one server: its cores (for the watchdog) or its visible GPUs."""
+    """A copy of `env` placing one server: its cores (for the watchdog) or its visible GPUs. GPU ids are
+    this process's (torch's) indices: under a CUDA_VISIBLE_DEVICES of its own they map through it."""
     env = dict(env)
     if entry:
         kind, ids = parse(entry)
-        key = CPUS_ENV if kind == "cpu" else "CUDA_VISIBLE_DEVICES"
-        env[key] = ",".join(map(str, ids))
+        if kind == "cpu":
+            env[CPUS_ENV] = ",".join(map(str, ids))
+        else:
+            visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[i] if visible else str(i) for i in ids)
     return env
 
 
