@@ -18,8 +18,8 @@ def work_dir(path: str | None, prefix: str) -> tuple[Path, tempfile.TemporaryDir
 
 def train_run(run_dir: Path, overrides: list[str], steps: int, skip: int) -> tuple[list[dict], float, float]:
     """Run `python -m rlx.train` for `steps` steps into `run_dir` (no logger, no progress bar, one evaluation
-    and one checkpoint, at the end; `overrides` come after those, so they may change them); returns (metrics rows of the steps after
-    `skip`, wall seconds, CPU seconds of the run's own processes)."""
+    and one checkpoint, at the end; `overrides` come after those, so they may change them). Returns (the
+    metrics rows of the steps after `skip`, wall seconds, CPU seconds of the run's own processes)."""
     import resource
     import subprocess
     import sys
