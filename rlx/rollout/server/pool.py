@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rlx.rollout.server.placement import server_env
+from rlx.rollout.server.placement import CPUS_ENV, server_env
 from rlx.run.logging import say
 
 KEY_ENV = "RLX_VLLM_API_KEY"  # the key of remote servers (rollout.server.urls)
@@ -114,12 +114,13 @@ def server_command(model_dir: str, port: int, key: str, *, lora_rank: int | None
 # The leader of a local server's process group: it pins itself (and so the server) to the placement's cores,
 # runs the server, and kills the whole group once the process that started it is gone (a trainer killed
 # with kill -9 runs no cleanup: no orphan server stays).
-WATCHDOG = """
+WATCHDOG = f"""
 import os, signal, subprocess, sys, time
 parent = int(sys.argv[1])
-cpus = os.environ.get("RLX_SERVER_CPUS")  # rollout.server.placement cpu:<cores>: the server inherits it
+CPUS_ENV = {CPUS_ENV!r}
+cpus = os.environ.get(CPUS_ENV)  # rollout.server.placement cpu:<cores>: the server inherits it
 if cpus:
-    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    os.sched_setaffinity(0, {{int(c) for c in cpus.split(",")}})
 child = subprocess.Popen(sys.argv[2:])
 while child.poll() is None:
     if os.getppid() != parent:
