@@ -3,7 +3,7 @@
 Which `trainer.dtype` pays here. Times `F.linear` on the shapes of a SmolLM2 decoder layer (256
 tokens) in fp32 and in bf16, alternating within each repeat, in process CPU seconds (so a shared
 machine skews both alike), and prints the bf16 / fp32 ratio beside the CPU's bf16 flags
-(`avx512_bf16`, `amx_bf16` in /proc/cpuinfo): without either, oneDNN emulates bf16 and it runs
+(x86 `avx512_bf16`, `amx_bf16`, aarch64 `bf16` in /proc/cpuinfo): without them, oneDNN emulates bf16 and it runs
 several times slower than fp32 (docs/lean.md).
 """
 

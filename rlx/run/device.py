@@ -56,7 +56,7 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     if dev == "cpu" and cfg.dtype == "bf16" and not cpu_bf16_flags():
         from rlx.run.logging import say
 
-        say("[warn] trainer.dtype=bf16 on a CPU without avx512_bf16 or amx_bf16: bf16 matmuls are emulated here, "
+        say("[warn] trainer.dtype=bf16 on a CPU without bf16 instructions (avx512_bf16, amx_bf16): bf16 matmuls are emulated here, "
             "several times slower than fp32 (`python -m rlx.bench.dtype` measures it; docs/lean.md)")
     if cfg.threads < -1:
         raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.run.threads), 0 (torch's default) "
