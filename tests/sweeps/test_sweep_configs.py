@@ -89,12 +89,14 @@ def test_qerl_table1_arms_are_the_papers_columns():
             assert (c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (1e-2, 5e-4, 10)
 
 
-def test_smollm2_qerl_is_qerls_three_arms_on_the_tuned_recipe_with_the_hf_engine():
+def test_smollm2_qerl_is_qerls_three_arms_on_the_tuned_recipe_in_fp32_on_vllm():
     tuned = compose(["experiment=smollm2_wordproblems"])
     cols = set()
     for _, c in _jobs("smollm2_qerl"):
         cols.add((c.quant.format, c.noise.type))
-        assert c.rollout.engine == "hf" and c.model.source == "gguf"  # vLLM's CPU build serves no NVFP4
+        assert c.rollout == tuned.rollout and c.model.source == "gguf"
+        # fp32 everywhere; a packed base reaches vLLM's CPU build merged (its dequantized values)
+        assert c.trainer.dtype == "fp32" and c.rollout.engine == "vllm" and c.rollout.vllm.sync == "auto"
         assert c.algo == tuned.algo  # the recipe as tuned, whatever the arm
         # the same training; only when it evaluates and checkpoints is the sweep's own (bookkeeping)
         differ = {k for k in tuned.train if c.train[k] != tuned.train[k]}
