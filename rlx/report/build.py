@@ -20,7 +20,7 @@ from rlx.sweeps.points import scaling_config
 def smollm2_qerl_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     """QeRL's Table 1, entropy and pairs on SmolLM2, then each arm's held-out accuracy seed by seed."""
     return qerl_tables(arms, jobs, sweep="smollm2_qerl", row="rlx SmolLM2-135M (this sweep)",
-                       sixteen_bit="the unquantized base (fp32 weights, bf16 autocast)") + [""] + pretrained_tables(
+                       sixteen_bit="the unquantized base (fp32)") + [""] + pretrained_tables(
         arms, jobs, heading="arm: ")
 
 
@@ -42,7 +42,7 @@ LAYOUTS: dict[str, Layout] = {
     "smollm2_tune": Layout("smollm2_tune", "Tuning SmolLM2-135M GRPO on word problems", infer_setting,
                            functools.partial(pretrained_tables, heading="")),
     # QeRL's comparison on that real model (16-bit / NVFP4 / NVFP4 + AQN LoRA), with each arm's per-seed curve
-    "smollm2_qerl": Layout("smollm2_qerl", "QeRL on SmolLM2-135M (word problems, hf engine)", infer_qerl,
+    "smollm2_qerl": Layout("smollm2_qerl", "QeRL on SmolLM2-135M (word problems, fp32, vLLM)", infer_qerl,
                            smollm2_qerl_tables, papers()["qerl"]["labels"]),
     "scalerl_loo": Layout("scalerl_loo", "ScaleRL leave-one-out (tiny scale)", infer_loo, loo_tables,
                           papers()["scalerl"]["loo_labels"], scaling=True),
