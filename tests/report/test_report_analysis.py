@@ -166,7 +166,7 @@ def test_smollm2_qerl_sweep_reports_table1_pairs_and_each_arms_seeds(tmp_path):
                      rows)
             num += 1
     md, _ = build_report(tmp_path, plots=False)
-    assert md.startswith("# QeRL on SmolLM2-135M (word problems, hf engine)")
+    assert md.startswith("# QeRL on SmolLM2-135M (word problems, fp32, vLLM)")
     # Table 1: the sweep's arms and their bases only (no NF4 / MXFP4 / full-FT columns), the paper's rows beside
     assert table_row(md, "model") == ["model", "16-bit base", "NVFP4 base", "16-bit LoRA", "NVFP4 LoRA",
                                       "NVFP4 LoRA + AQN"]
