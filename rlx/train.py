@@ -25,7 +25,7 @@ import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from rlx.algo import Shaping, Update, mismatch_split
@@ -41,7 +41,7 @@ from rlx.run.logging import NullLogger, RunLogger, say, write_summary, write_tex
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
-from rlx.run.resume import Resumable, RunState
+from rlx.run.resume import Resumable, RunState, finished_before
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.metrics import rollout_metrics
 from rlx.rollout.schedule import build_schedule
@@ -231,6 +231,13 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.run.threads)
     world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
     try:
+        done = finished_before(cfg, run_dir)
+        if done is not None:  # e.g. a sweep rerun to resume its other jobs
+            hydra_cfg = run_dir / ".hydra" / "config.yaml"
+            if hydra_cfg.is_file() and world.is_main:  # Hydra just wrote this launch's settings there: put back what ran
+                hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(done["config"])))
+            _log(f"[done] {run_dir} already finished this run ({done['steps']} steps, summary.json): nothing to do")
+            return done
         return _run(cfg, run_dir, world, trainer, t_start, threads)
     finally:
         dist.close(world)
@@ -341,7 +348,8 @@ def finish_summary(run_dir: Path, cfg, compute: dict) -> dict:
     """summary.json of a finished run: the last evaluation, the compute spent, and the scaling fit if asked."""
     last_eval = [r for r in read_metrics(run_dir) if "val/acc" in r][-1]
     out = {"status": "finished", "val/acc": last_eval["val/acc"], "val/mean_at_k": last_eval.get("val/mean_at_k"),
-           "steps": cfg.train.steps, **compute}
+           "steps": cfg.train.steps, **compute,
+           "config": OmegaConf.to_container(cfg, resolve=True)}  # a rerun with this config has nothing to do
     if cfg.scaling.fit != "none":
         from rlx.scaling import fit_run
 

@@ -7,6 +7,7 @@ rlx.run.checkpoint (atomic, verified); under torchrun rank 0 writes and every ra
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,21 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
 UNREAD_UNLESS = {"rollout.server.": ("rollout.engine", "vllm_server"),
                  "rollout.staleness_policy": ("rollout.mode", "async"),
                  "rollout.queue_batches": ("rollout.mode", "async")}
+
+
+def finished_before(cfg, run_dir: Path) -> dict | None:
+    """The summary of a run that already finished in `run_dir` with this config and step budget (rerunning a
+    sweep skips its finished jobs, with or without their checkpoints); None when there is something to run."""
+    path = Path(run_dir) / "summary.json"
+    if cfg.train.resume != "auto" or not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # unreadable: the run goes ahead and rewrites it
+    if summary.get("status") != "finished" or summary.get("steps") != cfg.train.steps or "config" not in summary:
+        return None
+    return summary if not config_changes(summary["config"], cfg) else None
 
 
 def config_changes(saved: dict | None, cfg) -> list[str]:

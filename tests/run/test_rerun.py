@@ -161,3 +161,22 @@ def test_refused_resume_leaves_the_recorded_config_as_what_ran(tmp_path):
     r = subprocess.run(cmd + ["train.steps=4", "algo.lr=0.01"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "algo.lr: 0.001 -> 0.01" in r.stderr + r.stdout
     assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text())["algo"]["lr"] == 0.001
+
+
+def test_a_finished_run_rerun_with_its_config_does_nothing_even_without_checkpoints(tmp_path, monkeypatch):
+    import shutil
+
+    run_tiny(tmp_path, EASY + ["train.steps=2"])
+    shutil.rmtree(tmp_path / "ckpt")  # e.g. removed to save disk once the sweep finished
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    summary = json.loads(files["summary.json"])
+    assert summary["status"] == "finished" and summary["config"]["train"]["steps"] == 2
+    monkeypatch.setenv("RLX_CACHE", str(tmp_path / "fresh_cache"))
+    again = run_tiny(tmp_path, EASY + ["train.steps=2", "train.eval_every=1"])  # a bookkeeping key may differ
+    assert again == summary and not (tmp_path / "fresh_cache").exists()  # nothing was built
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == files  # nor rewritten
+    # a longer budget or another setting is a run to do (here from scratch: no checkpoint is left)
+    run_tiny(tmp_path, EASY + ["train.steps=3"])
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"algo.lr: 0.001 -> 0.01"):  # the new checkpoint's config is compared
+        run_tiny(tmp_path, EASY + ["train.steps=3", "algo.lr=0.01"])
