@@ -136,10 +136,12 @@ UNREAD_UNLESS = {"rollout.server.": ("rollout.engine", "vllm_server"),
 
 
 def finished_before(cfg, run_dir: Path) -> dict | None:
-    """The summary of a run that already finished in `run_dir` with this config and step budget (rerunning a
-    sweep skips its finished jobs, with or without their checkpoints); None when there is something to run."""
+    """The summary of a run that already finished in `run_dir` with this config and step budget and whose
+    checkpoints are gone (deleted to save disk once it finished): rerunning its sweep skips it. None when
+    there is something to run, or a checkpoint to resume from (a finished run resumes from its newest
+    one and ends at once, or from an older one if that is corrupt)."""
     path = Path(run_dir) / "summary.json"
-    if cfg.train.resume != "auto" or not path.is_file():
+    if cfg.train.resume != "auto" or not path.is_file() or any((Path(run_dir) / "ckpt").glob("step_*")):
         return None
     try:
         summary = json.loads(path.read_text())
