@@ -6,9 +6,11 @@ full-precision base): `sync` merges the LoRA adapter into the base on the traine
 vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement (docs/engine.md,
 `python -m rlx.bench.vllm_sync`): both syncs take ~20 ms on the tiny model, but merged weights
 sample with vLLM's plain dense kernels, 2.2x faster than with a LoRA request in every forward.
-`sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is the
-only way for a quantized base (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
-once when the engine starts, and the adapter rides on top; needs a CUDA GPU). With full fine-tuning
+`sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is how a
+quantized base keeps its packed form (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
+once when the engine starts, and the adapter rides on top; needs a CUDA GPU). `merged` with a
+quantized base sends each packed layer's dequantized values (adapter merged in): the quantized
+policy's numbers at a dense model's memory, what `auto` picks on the CPU build. With full fine-tuning
 (model.finetune=full, no adapter) every sync reloads every weight of the policy the same way
 (`full_state_dict`; mode `full`); `sync=adapter` is refused then.
 
