@@ -41,7 +41,7 @@ from rlx.run.logging import NullLogger, RunLogger, say, write_summary, write_tex
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
-from rlx.run.resume import Resumable, RunState, finished_before
+from rlx.run.resume import Resumable, RunState, finished_before, restore_recorded_config
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.metrics import rollout_metrics
 from rlx.rollout.schedule import build_schedule
@@ -233,9 +233,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     try:
         done = finished_before(cfg, run_dir)
         if done is not None:  # e.g. a sweep rerun to resume its other jobs
-            hydra_cfg = run_dir / ".hydra" / "config.yaml"
-            if hydra_cfg.is_file() and world.is_main:  # Hydra just wrote this launch's settings there: put back what ran
-                hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(done["config"])))
+            restore_recorded_config(run_dir, done["config"], world)
             _log(f"[done] {run_dir} already finished this run ({done['steps']} steps, summary.json): nothing to do")
             return done
         return _run(cfg, run_dir, world, trainer, t_start, threads)

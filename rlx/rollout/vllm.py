@@ -158,8 +158,8 @@ def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         for name, mod in packed.items():
             out[f"{name}.weight"] = mod.dequantize(torch.float32)
         for name, mod in lora.items():
-            base = mod.base_layer
-            w = base.dequantize(torch.float32) if isinstance(base, QuantLinear) else base.weight.float()
+            # a packed base layer was dequantized just above: reuse it rather than dequantize again
+            w = out[f"{name}.weight"] if isinstance(mod.base_layer, QuantLinear) else mod.base_layer.weight.float()
             if not mod.merged and not mod.disable_adapters:
                 for adapter in mod.active_adapters:
                     if adapter in mod.lora_A:

@@ -101,14 +101,20 @@ class Resumable:
         self.world.barrier()
 
 
+def restore_recorded_config(run_dir: Path, ran: dict, world: dist.World) -> None:
+    """Put the config that ran back into `.hydra/config.yaml`, which Hydra has just overwritten with this
+    launch's settings (a launch that trained nothing under them), so the recorded config is what ran."""
+    hydra_cfg = Path(run_dir) / ".hydra" / "config.yaml"
+    if hydra_cfg.is_file() and world.is_main:
+        hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(ran)))
+
+
 def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: dist.World) -> None:
     """A resume under settings other than the checkpoint's is refused, naming each change."""
     changed = config_changes(saved, cfg)
     if not changed:
         return
-    hydra_cfg = run_dir / ".hydra" / "config.yaml"
-    if hydra_cfg.is_file() and world.is_main:  # Hydra already wrote the refused settings there: put back what ran
-        hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(saved)))
+    restore_recorded_config(run_dir, saved, world)  # Hydra already wrote the refused settings there
     raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
                      f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
                      f"config does not show: run with the original values, or start a new run "

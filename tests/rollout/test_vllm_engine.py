@@ -4,12 +4,10 @@ kill -9 resume, and the configurations it refuses (before any model is built).""
 from __future__ import annotations
 
 from importlib.util import find_spec
+from types import SimpleNamespace
 
 import pytest
 import torch
-
-from types import SimpleNamespace
-
 from omegaconf import OmegaConf
 
 from rlx.noise import build_noise
