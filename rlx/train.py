@@ -280,7 +280,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
     finally:
         if progress is not None:
             progress.close()
-        _close(p.schedule, p.engine, world, run_dir, logger, summary, t_start, exit_code)
+        _close(p.schedule, p.engine, world, run_dir, logger, summary, t_start - p.state.wall_offset, exit_code)
     _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
          f"({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {run_dir}")
     return summary
@@ -330,7 +330,9 @@ def _show(cfg: DictConfig, step: int, m: dict, last_acc: float, progress) -> Non
 
 def _close(schedule, engine, world: dist.World, run_dir: Path, logger, summary: dict, t_start: float,
            exit_code: int) -> None:
-    """Stop the engines, then write the summary (rank 0) and close the logger, whether the run ended or failed."""
+    """Stop the engines, then write the summary (rank 0) and close the logger, whether the run ended or failed.
+    `t_start` is this process's start moved back by the wall time earlier processes of a resumed run had
+    reached at the checkpoint it resumed from, so `wall_s` is the whole run's."""
     schedule.close()
     engine.close()
     summary["wall_s"] = time.time() - t_start

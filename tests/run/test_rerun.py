@@ -180,3 +180,27 @@ def test_a_finished_run_rerun_with_its_config_does_nothing_even_without_checkpoi
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match=r"algo.lr: 0.001 -> 0.01"):  # the new checkpoint's config is compared
         run_tiny(tmp_path, EASY + ["train.steps=3", "algo.lr=0.01"])
+
+
+def test_a_resumed_runs_wall_time_counts_its_earlier_process(tmp_path, monkeypatch):
+    import time
+
+    import rlx.train
+
+    base_accuracy = rlx.train._base_accuracy
+
+    def slow_base_accuracy(*a, **k):  # the first process spends 5 s more before step 1
+        time.sleep(5.0)
+        return base_accuracy(*a, **k)
+
+    monkeypatch.setattr(rlx.train, "_base_accuracy", slow_base_accuracy)
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="fail_at_step"):  # checkpoint at step 2, crash at step 3
+        run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=2", "train.fail_at_step=3"])
+    first = time.time() - t0
+    monkeypatch.setattr(rlx.train, "_base_accuracy", base_accuracy)
+    t0 = time.time()
+    summary = run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=2"])  # resumes at step 2
+    second = time.time() - t0
+    # the first process reached > 5 s by its step-2 checkpoint; the steps it did after it are not counted
+    assert second + 4.5 < summary["wall_s"] < first + second
