@@ -13,7 +13,7 @@ from rlx.report.scalerl import (
     infer_algo, infer_loo, infer_offpolicy, loo_tables, losses_tables, offpolicy_tables,
 )
 from rlx.report.sweeps import Layout, by_arm, papers, sweep_command
-from rlx.report.tables import completions_section, predictive_section, runs_table
+from rlx.report.tables import completions_section, not_ok_counts, predictive_section, runs_table
 from rlx.run.records import Run, read_sweep
 from rlx.sweeps.points import scaling_config
 
@@ -71,11 +71,12 @@ def build_report(root: str | Path, layout: str | None = None, plots: bool = True
     for j in jobs:
         j.arm = lay.arm_of(j)
     arms = by_arm(jobs, lay.order)
-    n_failed = sum(not j.ok for j in jobs)
+    n_failed, n_unfinished = not_ok_counts(jobs)
     walls = [float(j.summary["wall_s"]) for j in jobs if j.summary.get("wall_s") is not None]
     lines = [f"# {lay.title}: `{root}`", "",
-             f"{len(jobs)} jobs, {len(arms)} arms, {n_failed} not finished"
-             + (" (marked failed below)" if n_failed else "")
+             f"{len(jobs)} jobs, {len(arms)} arms, {n_failed + n_unfinished} not finished"
+             + (f" ({n_failed} failed, {n_unfinished} without summary.json: still running, or crashed while being "
+                f"set up)" if n_failed + n_unfinished else "")
              + (f"; job wall time {sum(walls) / 60:.1f} min in all (longest job {max(walls):.0f} s)" if walls else "")
              + ".", ""]
     command = sweep_command(root)

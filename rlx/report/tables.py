@@ -16,24 +16,36 @@ from rlx.sweeps.decisions import DECISIONS_MD, arm_outcomes, read_decisions
 
 @dataclass
 class Stat:
-    """A metric over the finished seeds of an arm, plus how many jobs of the arm failed."""
+    """A metric over the finished seeds of an arm, plus how many jobs of the arm failed and how many have not
+    finished (no summary.json: still running, or crashed while being set up)."""
 
     values: list[float]
     failed: int = 0
+    unfinished: int = 0
 
     @property
     def mean(self) -> float:
         return statistics.fmean(self.values) if self.values else math.nan
 
+    def _others(self) -> list[str]:
+        return ([f"{self.failed} failed"] if self.failed else []) + (
+            [f"{self.unfinished} not finished"] if self.unfinished else [])
+
     def cell(self, scale: float = 1.0, digits: int = 1) -> str:
         if not self.values:
-            return f"failed ({self.failed})" if self.failed else "–"
+            return ", ".join(f"{w} ({n})" for n, w in ((self.failed, "failed"), (self.unfinished, "not finished"))
+                             if n) or "–"
         m = self.mean * scale
         text = f"{m:.{digits}f}"
         if len(self.values) > 1:
             text += f" ± {statistics.stdev(self.values) * scale:.{digits}f}"
-        note = f"n={len(self.values)}" + (f", {self.failed} failed" if self.failed else "")
-        return f"{text} ({note})"
+        return f"{text} ({', '.join([f'n={len(self.values)}'] + self._others())})"
+
+
+def not_ok_counts(jobs: list[Run]) -> tuple[int, int]:
+    """(failed, not finished) among `jobs`."""
+    failed = sum(j.failed for j in jobs)
+    return failed, sum(not j.ok for j in jobs) - failed
 
 
 def stat(jobs: list[Run], value: Callable[[Run], float | None]) -> Stat:
@@ -44,7 +56,7 @@ def stat(jobs: list[Run], value: Callable[[Run], float | None]) -> Stat:
         v = value(j)
         if v is not None and math.isfinite(float(v)):
             vals.append(float(v))
-    return Stat(vals, sum(not j.ok for j in jobs))
+    return Stat(vals, *not_ok_counts(jobs))
 
 
 def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: float = 1.0, digits: int = 1) -> str:
@@ -56,12 +68,11 @@ def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: floa
         v = value(j) if j.ok else None
         if v is not None and math.isfinite(float(v)):
             per_seed.setdefault(j.seed, float(v))
-    failed = sum(not j.ok for j in jobs)
     runs = sum(j.ok for j in jobs)
     if len(per_seed) > 1 and len(set(per_seed.values())) == 1:
         v = next(iter(per_seed.values())) * scale
         return f"{v:.{digits}f} (one deterministic evaluation, the same in all {runs} runs)"
-    return Stat(list(per_seed.values()), failed).cell(scale, digits)
+    return Stat(list(per_seed.values()), *not_ok_counts(jobs)).cell(scale, digits)
 
 
 def paired_cell(diffs: list[float], fmt: str) -> str:
