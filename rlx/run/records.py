@@ -113,7 +113,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """finished | failed | incomplete (no summary.json: crashed during setup, or still running)."""
+        """finished | failed | incomplete (no summary.json: still running, or killed before it could write one)."""
         return str(self.summary.get("status", "incomplete")) if self.summary else "incomplete"
 
     @property
@@ -127,7 +127,7 @@ class Run:
     @property
     def error(self) -> str:
         if self.status == "incomplete":
-            return "no summary.json (crashed before training started, or still running)"
+            return "no summary.json (still running, or killed before it could write one)"
         return str(self.summary.get("error") or "")
 
     @property
