@@ -33,8 +33,7 @@ class Stat:
 
     def cell(self, scale: float = 1.0, digits: int = 1) -> str:
         if not self.values:
-            return ", ".join(f"{w} ({n})" for n, w in ((self.failed, "failed"), (self.unfinished, "not finished"))
-                             if n) or "–"
+            return ", ".join(self._others()) or "–"
         m = self.mean * scale
         text = f"{m:.{digits}f}"
         if len(self.values) > 1:

@@ -65,8 +65,8 @@ def test_qerl_cells_are_mean_and_std_over_finished_seeds_and_failures_are_marked
     # hand-computed: mean(50, 70) = 60, sample std = sqrt(200) = 14.14
     assert ours["NVFP4 LoRA"] == "60.0 ± 14.1 (n=2, 1 failed)"
     # no summary.json (still running, or killed before writing it): not counted as a failure
-    assert ours["16-bit LoRA"] == "not finished (1)"
-    assert "6 jobs, 4 arms, 2 not finished (1 failed, 1 without summary.json" in md
+    assert ours["16-bit LoRA"] == "1 not finished"
+    assert "6 jobs, 4 arms, 1 failed, 1 not finished (without summary.json" in md
     assert ours["16-bit base"] == "25.0 (n=1)"
     assert ours["NF4 LoRA (QLoRA)"] == "40.0 (n=1)"
     assert ours["NF4 base"] == "30.0 (n=1) †"  # from the NF4 LoRA run's step-0 evaluation (no base arm)

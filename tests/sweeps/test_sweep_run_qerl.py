@@ -75,10 +75,10 @@ def test_a_failing_arm_does_not_stop_the_others_and_is_marked_failed(tmp_path):
 
     md, _ = R.build_report(tmp_path, plots=False)
     ours = dict(zip(table_row(md, "model"), table_row(md, "rlx tiny (this sweep)")))
-    assert ours["NVFP4 LoRA"] == "failed (1)"
+    assert ours["NVFP4 LoRA"] == "1 failed"
     aqn_failed = summary(aqn) is not None  # killed before or after it wrote summary.json
-    assert ours["NVFP4 LoRA + AQN"] == ("failed (1)" if aqn_failed else "not finished (1)")
+    assert ours["NVFP4 LoRA + AQN"] == ("1 failed" if aqn_failed else "1 not finished")
     assert ours["16-bit base"] == f"{100 * s['val/acc_base']:.1f} (n=1)"
     assert ("| 0 | lora_nvfp4_aqn | 0 | incomplete |" in md) or ("| 0 | lora_nvfp4_aqn | 0 | failed |" in md)
     assert "| 1 | lora_nvfp4 | 0 | failed |" in md and "forced failure" in md
-    assert "2 not finished (" + ("2 failed, 0 without" if aqn_failed else "1 failed, 1 without") in md
+    assert ("2 failed, 0 not finished" if aqn_failed else "1 failed, 1 not finished (without summary.json") in md
