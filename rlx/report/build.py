@@ -75,7 +75,8 @@ def build_report(root: str | Path, layout: str | None = None, plots: bool = True
     walls = [float(j.summary["wall_s"]) for j in jobs if j.summary.get("wall_s") is not None]
     lines = [f"# {lay.title}: `{root}`", "",
              f"{len(jobs)} jobs, {len(arms)} arms, {n_failed} failed, {n_unfinished} not finished"
-             + (" (without summary.json: still running, or killed before it could write one)" if n_unfinished else "")
+             + (" (without summary.json: still running, killed, or crashed while being built outside a sweep)"
+                if n_unfinished else "")
              + (f"; job wall time {sum(walls) / 60:.1f} min in all (longest job {max(walls):.0f} s)" if walls else "")
              + ".", ""]
     command = sweep_command(root)

@@ -17,7 +17,7 @@ from rlx.sweeps.decisions import DECISIONS_MD, arm_outcomes, read_decisions
 @dataclass
 class Stat:
     """A metric over the finished seeds of an arm, plus how many jobs of the arm failed and how many have not
-    finished (no summary.json: still running, or killed before it could write one)."""
+    finished (no summary.json: still running, killed, or crashed while being built outside a sweep)."""
 
     values: list[float]
     failed: int = 0

@@ -113,7 +113,8 @@ class Run:
 
     @property
     def status(self) -> str:
-        """finished | failed | incomplete (no summary.json: still running, or killed before it could write one)."""
+        """finished | failed | incomplete (no summary.json: still running, killed, or crashed while being built
+        outside a sweep)."""
         return str(self.summary.get("status", "incomplete")) if self.summary else "incomplete"
 
     @property
@@ -127,7 +128,7 @@ class Run:
     @property
     def error(self) -> str:
         if self.status == "incomplete":
-            return "no summary.json (still running, or killed before it could write one)"
+            return "no summary.json (still running, killed, or crashed while being built outside a sweep)"
         return str(self.summary.get("error") or "")
 
     @property

@@ -64,7 +64,7 @@ def test_qerl_cells_are_mean_and_std_over_finished_seeds_and_failures_are_marked
     ours = dict(zip(header, table_row(md, "rlx tiny (this sweep)")))
     # hand-computed: mean(50, 70) = 60, sample std = sqrt(200) = 14.14
     assert ours["NVFP4 LoRA"] == "60.0 ± 14.1 (n=2, 1 failed)"
-    # no summary.json (still running, or killed before writing it): not counted as a failure
+    # no summary.json (still running, killed, or crashed while being built outside a sweep): not counted as a failure
     assert ours["16-bit LoRA"] == "1 not finished"
     assert "6 jobs, 4 arms, 1 failed, 1 not finished (without summary.json" in md
     assert ours["16-bit base"] == "25.0 (n=1)"
