@@ -49,7 +49,8 @@ class Task:
         user = [spec for spec in cfg.rewards if is_import_path(spec)]
         self.user_rewards = UserRewards(user, cfg.get("reward_timeout_s", 5.0)) if user else None
         self.verifier = None
-        if "math_verify" in cfg.rewards:
+        self.chat = False  # chat prompts rendered (render_chat): stated_answer's loose reading defaults on
+        if "math_verify" in cfg.rewards or "stated_answer" in cfg.rewards:
             from rlx.tasks.verify import configure
 
             self.verifier = configure(cfg.get("reward_timeout_s", 5.0))
@@ -95,6 +96,7 @@ class Task:
         chat = [e for e in self.train + self.eval if e.messages is not None]
         if not chat:
             return
+        self.chat = True
         if not getattr(tok, "chat_template", None):
             raise ValueError(f"task: the prompts in column '{self.cfg.question_field}' are chat messages but the "
                              f"model's tokenizer has no chat template; set model.chat_template (a Jinja template, "
@@ -157,6 +159,17 @@ class Task:
         self._epoch, self._pos, self._shuffle_seed, self._order = sd["epoch"], sd["pos"], sd["seed"], None
 
     # ---- scoring --------------------------------------------------------------------------
+    @property
+    def answer_phrase(self) -> bool:
+        """stated_answer's loose reading ("the answer is N", the final line): task.answer_phrase, else on for
+        chat prompts."""
+        given = self.cfg.get("answer_phrase")
+        return self.chat if given is None else bool(given)
+
+    def reward_options(self, spec: str) -> dict:
+        """Keyword arguments a registered reward gets from the task (stated_answer: `loose`)."""
+        return {"loose": self.answer_phrase} if spec == "stated_answer" else {}
+
     def score(self, examples: list[Example], completions: list[str]) -> dict[str, list[float]]:
         """{logged name: unweighted value per (example, completion)}; NaN where an import-path function
         returned None (it does not apply to that completion)."""
@@ -164,10 +177,10 @@ class Task:
         out, kwargs = {}, None
         for spec in self.cfg.rewards:
             if spec in BATCH:
-                out[spec] = BATCH[spec](list(completions), examples)
+                out[spec] = BATCH[spec](list(completions), examples, **self.reward_options(spec))
                 continue
             if spec in REWARDS:
-                out[spec] = [REWARDS[spec](c, ex) for ex, c in zip(examples, completions)]
+                out[spec] = [REWARDS[spec](c, ex, **self.reward_options(spec)) for ex, c in zip(examples, completions)]
                 continue
             if kwargs is None:  # TRL's convention: completions, prompts and every column, one list each
                 cols = dict.fromkeys(k for e in examples for k in e.columns)
@@ -203,8 +216,8 @@ class Task:
     @staticmethod
     def passed(per_fn: dict[str, list[float]]) -> list[bool]:
         """Whether each completion solved its problem: any configured correctness verifier says so
-        (exact `correct` or `math_verify`, so "The answer is 10." counts on GSM8K); else reward > 0."""
-        checks = [per_fn[name] for name in ("correct", "math_verify") if name in per_fn]
+        (exact `correct`, `stated_answer` or `math_verify`); else reward > 0."""
+        checks = [per_fn[name] for name in ("correct", "stated_answer", "math_verify") if name in per_fn]
         n = len(next(iter(per_fn.values())))
         if checks:
             return [any(c[i] >= 1.0 for c in checks) for i in range(n)]

@@ -84,6 +84,18 @@ class TaskConfig:
                           "REPLACES that set (assigned over this interpolation, not merged into the file's dict); "
                           "task.rewards.<name>=w edits the task file's set"},
     )
+    answer_phrase: Optional[bool] = field(
+        default=None,
+        metadata={"help": "stated_answer: also read a numeric answer from 'the answer is N' or the final line's last "
+                          "number when the completion has neither a '#### N' line nor a \\boxed{N}; null = on for "
+                          "chat prompts (model.chat_prompts or chat messages), off otherwise (docs/rewards.md)"},
+    )
+    readings: Optional[list[str]] = field(
+        default=None,
+        metadata={"help": "the benchmark's own readings that evaluation reports beside the task's verdict: "
+                          "strict-match, flexible-extract (lm-eval's GSM8K), math-verify (MATH's boxed reading); "
+                          "null = by the gold answers: all numbers -> GSM8K's two, else math-verify (docs/eval.md)"},
+    )
     reward_timeout_s: float = field(
         default=5.0,
         metadata={"help": "hard bound per reward call in a worker process (math_verify: per completion; an "

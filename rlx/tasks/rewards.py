@@ -1,8 +1,13 @@
 """Reward functions: a registry of named functions `(completion, example) -> float`.
 
-They parse text only; model output is never evaluated as code. `correct` and `format` are
-linear-time string operations; `math_verify` runs in a worker process under a hard time and
-memory bound (rlx.tasks.verify), since math-verify itself can hang on short inputs.
+They parse text only; model output is never evaluated as code. `correct`, `format` and the numeric
+side of `stated_answer` are linear-time string operations; math-verify runs in a worker process under a
+hard time and memory bound (rlx.tasks.verify), since it can hang on short inputs.
+
+`stated_answer` is the benchmark tasks' reward (gsm8k, wordproblems, math; docs/rewards.md): a numeric
+gold must be stated as that number (rlx.tasks.stated), a symbolic gold is checked by math-verify on the
+final answer. `math_verify` is the earlier reward, kept to reproduce earlier runs: it evaluates
+expressions (`18 - 2` for 16 scores 1), which policies learn to exploit; `rlx-audit` shows it.
 """
 
 from __future__ import annotations
@@ -57,3 +62,33 @@ def math_verify_reward(completion: str, example) -> float:
     math-verify, each read as one expression, in a bounded worker pool (rlx.tasks.verify): a timeout,
     a memory blow-up or an over-long / over-nested input scores 0 and is counted (train/reward_timeouts, ...)."""
     return math_verify_batch([completion], [example])[0]
+
+
+def stated_answer_batch(completions: list[str], examples, loose: bool = True) -> list[float]:
+    """`stated_answer` for a batch (rlx.tasks.stated for numeric golds; the rest through math-verify in the
+    verifier's bounded worker pool, after the same refusals of hedges and conflicting answers)."""
+    from rlx.tasks.stated import numeric_gold, read_stated
+    from rlx.tasks.verify import default_verifier, symbolic_refusal
+
+    out = [0.0] * len(completions)
+    symbolic, where = [], []
+    for i, (c, ex) in enumerate(zip(completions, examples)):
+        gold = numeric_gold(ex.answer)
+        if gold is not None:
+            r = read_stated(c, loose)
+            out[i] = float(r.value is not None and r.value == gold)
+        elif symbolic_refusal(c, ex.answer) is None:
+            symbolic.append((ex.answer, c))
+            where.append(i)
+    if symbolic:
+        for i, v in zip(where, default_verifier().score(symbolic)):
+            out[i] = v
+    return out
+
+
+@register_reward("stated_answer", batch=stated_answer_batch)
+def stated_answer(completion: str, example, loose: bool = True) -> float:
+    """1 if the completion states the gold answer: a numeric gold as that number in `#### N`, `\\boxed{N}`
+    or (loose: chat models) "the answer is N" / the final line's last number, never as an expression, a
+    hedge or a list; a symbolic gold by math-verify on the final answer (docs/rewards.md)."""
+    return stated_answer_batch([completion], [example], loose)[0]

@@ -116,6 +116,32 @@ def candidates(answer: str, gold: str) -> list[tuple[str, str]]:
     return out
 
 
+_HEDGE_WORD = re.compile(r"\\(?:text|mathrm|textbf)\{\s*(?:or|and)\s*\}|\bor\b|\\lor\b|\\vee\b")
+
+
+def symbolic_refusal(completion: str, gold: str) -> str | None:
+    """Why a completion scores 0 against a symbolic gold before math-verify is asked (None: ask it):
+    `too_long`, `conflict` (several boxes or `####` lines with different answers), `hedge` (`x or y`, or a
+    list where the gold is not one). The stated-number rule (rlx.tasks.stated) covers numeric golds."""
+    from rlx.tasks.stated import CONFLICT, HEDGE, TOO_LONG, top_level_boxes
+
+    if too_complex(completion):
+        return TOO_LONG
+    hashes = [h.strip() for h in re.findall(r"####([^\n]*)", completion)]
+    boxes = [b.strip() for b in top_level_boxes(completion)] if not hashes else []
+    answers = hashes or boxes
+    if len({unwrap(a) for a in answers}) > 1:
+        return CONFLICT
+    final = unwrap(answers[-1] if answers else (final_answer(completion) or ""))
+    if _HEDGE_WORD.search(final) and not _HEDGE_WORD.search(gold):
+        return HEDGE
+    if "," in final and "," not in gold and not _WHOLE_NUMBER.match(final):
+        return HEDGE
+    if "\\boxed" in final:  # a box inside the final box
+        return HEDGE
+    return None
+
+
 def _read(text: str, how: str, parse):
     return parse("\\boxed{" + text + "}" if how == WHOLE else text, parsing_timeout=None)
 
@@ -186,6 +212,22 @@ class BoundedVerifier:
                 self.stats["errors"] += 1
                 continue
             out[i] = value
+        return out
+
+    def score_text(self, pairs: list[tuple[str, str]]) -> list[float]:
+        """MATH's benchmark reading (rlx.eval.readings): math-verify's own extraction over the whole completion
+        (a `\\boxed{}` first), not the task's final-answer convention; bounded like `score`."""
+        out: list[float] = [0.0] * len(pairs)
+        asks, where = [], []
+        for i, (gold, completion) in enumerate(pairs):
+            if too_complex(completion):
+                self.stats["refused"] += 1
+                continue
+            asks.append((gold.strip(), [(PROSE, completion)]))
+            where.append(i)
+        for i, answer in zip(where, self.pool.map(asks) if asks else []):
+            if answer is not None and answer[0] == "ok":
+                out[i] = answer[1]
         return out
 
     def __call__(self, gold: str, completion: str) -> float:
