@@ -4,7 +4,10 @@ One function generates and scores every eval set (`run_eval`); training's `evalu
 into the val/* metrics and `python -m rlx.eval` (rlx/eval) into pass@k / maj@k tables, so both run the
 same engine, prompts (chat templates already rendered by the task), sampling settings and rewards.
 
-One set (task.eval empty): `val/acc`, `val/mean_at_k`, `val/k`, as always. Named sets (task.eval):
+One set (task.eval empty): `val/acc`, `val/mean_at_k`, `val/k`, as always. Beside the task's verdict
+(`val/acc`: its rewards' pass flag), the benchmark's own readings (rlx.eval.readings: lm-eval's GSM8K
+`val/strict-match` and `val/flexible-extract` for numeric golds, `val/math-verify` for MATH): a run
+trained on any reward is also scored the way its benchmark is. Named sets (task.eval):
 `val/<name>/acc` and `val/<name>/mean_at_k` for each, and their unweighted mean as `val/acc` and
 `val/mean_at_k` (verl logs `val-core/<source>/...` per source; the mean keeps every reader of
 `val/acc` -- reports, sweeps, the scaling fit -- working).
@@ -43,6 +46,14 @@ class SetResult:
     samples: list[str] | None = None  # [P * k], k consecutive samples per prompt
     samples_passed: list[bool] | None = None  # [P * k]
     samples_reward: list[float] | None = None  # [P * k]
+    # the benchmark's own readings (rlx.eval.readings), beside the task's verdict: {reading: [{answer, passed}]}
+    greedy_readings: dict | None = None  # each list [P]
+    samples_readings: dict | None = None  # each list [P * k]
+
+    def reading_acc(self) -> dict[str, float]:
+        """Greedy accuracy under each benchmark reading."""
+        return {name: sum(r["passed"] for r in rows) / len(self.examples)
+                for name, rows in (self.greedy_readings or {}).items()}
 
     @property
     def acc(self) -> float:
@@ -164,6 +175,14 @@ def _scored(task, examples, texts) -> tuple[list[bool], list[float]]:
     return task.passed(per_fn), task.total_reward(per_fn)
 
 
+def _readings(task, examples, texts) -> dict:
+    """The benchmark's readings of these completions: fixed by the benchmark (task.readings, else by the
+    golds), never by the training reward."""
+    from rlx.eval.readings import read, readings_for
+
+    return read(readings_for(examples, task.cfg.get("readings")), texts, [e.answer for e in examples])
+
+
 def run_eval(engine, task, rollout, generator: torch.Generator, sampling: SamplingParams | None = None,
              label: str = "[eval]", show: bool = True, bar: bool | None = None,
              by_speed: bool = True) -> list[SetResult]:
@@ -188,27 +207,34 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
         sampled = generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress, fixed) if k else None
     out, i = [], 0
     for name, ex in zip(names, sets):  # scored set by set, greedy first, as always (import-path rewards see these batches)
-        passed, reward = _scored(task, ex, greedy[i: i + len(ex)])
-        out.append(SetResult(name, ex, greedy[i: i + len(ex)], passed, reward, k))
+        texts = greedy[i: i + len(ex)]
+        passed, reward = _scored(task, ex, texts)
+        out.append(SetResult(name, ex, texts, passed, reward, k, greedy_readings=_readings(task, ex, texts)))
         i += len(ex)
     if sampled is not None:  # [sum(P) * k], k consecutive samples per prompt
         i = 0
         for r in out:
             texts = sampled[i: i + len(r.examples) * k]
             r.samples = texts
-            r.samples_passed, r.samples_reward = _scored(task, [e for e in r.examples for _ in range(k)], texts)
+            rows = [e for e in r.examples for _ in range(k)]
+            r.samples_passed, r.samples_reward = _scored(task, rows, texts)
+            r.samples_readings = _readings(task, rows, texts)
             i += len(texts)
     return out
 
 
 def val_metrics(results: list[SetResult], named: bool) -> dict:
     """Training's val/* metrics of `run_eval`'s result (module docstring)."""
-    per_set = {r.name: {"acc": r.acc, **({"mean_at_k": r.mean_at_k} if r.k else {})} for r in results}
+    per_set = {r.name: {"acc": r.acc, **({"mean_at_k": r.mean_at_k} if r.k else {}), **r.reading_acc()}
+               for r in results}
     out = {}
     if named:
         for name, m in per_set.items():
             out.update({f"val/{name}/{key}": v for key, v in m.items()})
     out["val/acc"] = sum(m["acc"] for m in per_set.values()) / len(per_set)
+    shared = set.intersection(*(set(r.reading_acc()) for r in results))  # readings every set has: their mean
+    for reading in sorted(shared):
+        out[f"val/{reading}"] = sum(m[reading] for m in per_set.values()) / len(per_set)
     if results[0].k:
         out["val/mean_at_k"] = sum(m["mean_at_k"] for m in per_set.values()) / len(per_set)
         out["val/k"] = results[0].k

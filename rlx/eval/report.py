@@ -1,5 +1,6 @@
 """rlx-eval's outputs: results.json (every figure), results.md (the table), completions.jsonl (every
-completion with its prompt, reward, extracted answer and gold answer)."""
+completion with its prompt, reward, the task's verdict, extracted answer, gold answer and the benchmark's
+readings)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ def summarize(results: list, ks: list[int]) -> dict:
     unweighted mean as "mean" (training's val/acc convention)."""
     sets = {}
     for r in results:
-        m = {"prompts": len(r.examples), "acc": r.acc}
+        m = {"prompts": len(r.examples), "acc": r.acc, "readings": r.reading_acc()}
         if r.k:
             m.update(set_metrics(r.samples_passed, [final_answer(t) for t in r.samples], r.k, ks))
         sets[r.name] = m
     if len(sets) > 1:
         rows = list(sets.values())
-        avg = {"prompts": sum(m["prompts"] for m in rows), "acc": sum(m["acc"] for m in rows) / len(rows)}
+        shared = set.intersection(*(set(m["readings"]) for m in rows))
+        avg = {"prompts": sum(m["prompts"] for m in rows), "acc": sum(m["acc"] for m in rows) / len(rows),
+               "readings": {k: sum(m["readings"][k] for m in rows) / len(rows) for k in sorted(shared)}}
         if "mean_at_n" in rows[0]:
             avg["mean_at_n"] = sum(m["mean_at_n"] for m in rows) / len(rows)
             for key in ("pass_at_k", "maj_at_k"):
@@ -31,16 +34,19 @@ def summarize(results: list, ks: list[int]) -> dict:
 
 
 def markdown(report: dict) -> str:
-    """One row per eval set: prompts, greedy accuracy, mean@n, pass@k and maj@k for every k."""
+    """One row per eval set: prompts, greedy accuracy (the task's verdict), the benchmark's readings of the
+    greedy completions (rlx.eval.readings), mean@n, pass@k and maj@k for every k."""
     sets, n, ks = report["sets"], report["sampling"]["n"], report["ks"]
-    head = ["set", "prompts", "greedy acc"] + ([f"mean@{n}"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks]
+    readings = sorted({k for m in sets.values() for k in m.get("readings", {})})
+    head = ["set", "prompts", "greedy acc"] + [f"greedy {r}" for r in readings] + ([f"mean@{n}"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks]
                                                if n else [])
     lines = [f"# rlx-eval: {report['source']['kind']} {report['source'].get('path') or ''} ({report['source']['label']})",
              "", f"Task `{report['task']}`, model `{report['model']}`, greedy + {n} samples per prompt "
              f"({_sampling_text(report['sampling'])}); seed {report['seed']}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, m in sets.items():
-        cells = [name, str(m["prompts"]), f"{m['acc']:.4f}"]
+        cells = [name, str(m["prompts"]), f"{m['acc']:.4f}"] + [
+            f"{m['readings'][r]:.4f}" if r in m.get("readings", {}) else "-" for r in readings]
         if n:
             cells += [f"{m['mean_at_n']:.4f}"] + [f"{m['pass_at_k'][k]:.4f}" for k in ks] + [f"{m['maj_at_k'][k]:.4f}" for k in ks]
         lines.append("| " + " | ".join(cells) + " |")
@@ -59,15 +65,23 @@ def completion_rows(results: list):
     """One row per completion: greedy first, then the samples of each prompt in order."""
     for r in results:
         for i, e in enumerate(r.examples):
-            yield _row(r.name, i, "greedy", 0, e, r.greedy[i], r.greedy_reward[i], r.greedy_passed[i])
+            yield _row(r.name, i, "greedy", 0, e, r.greedy[i], r.greedy_reward[i], r.greedy_passed[i],
+                       _at(r.greedy_readings, i))
         for j, text in enumerate(r.samples or []):
             e = r.examples[j // r.k]
-            yield _row(r.name, j // r.k, "sample", j % r.k, e, text, r.samples_reward[j], r.samples_passed[j])
+            yield _row(r.name, j // r.k, "sample", j % r.k, e, text, r.samples_reward[j], r.samples_passed[j],
+                       _at(r.samples_readings, j))
 
 
-def _row(name, i, kind, sample, e, text, reward, passed) -> dict:
+def _at(readings: dict | None, i: int) -> dict:
+    return {name: rows[i] for name, rows in (readings or {}).items()}
+
+
+def _row(name, i, kind, sample, e, text, reward, passed, readings) -> dict:
+    """`passed` is the task's verdict (its rewards); `readings` the benchmark's ({reading: {answer, passed}})."""
     return {"set": name, "index": i, "kind": kind, "sample": sample, "key": e.key, "prompt": e.prompt,
-            "completion": text, "reward": reward, "passed": bool(passed), "answer": final_answer(text), "gold": e.answer}
+            "completion": text, "reward": reward, "passed": bool(passed), "answer": final_answer(text), "gold": e.answer,
+            "readings": readings}
 
 
 def write(out_dir: Path, report: dict, results: list) -> dict[str, Path]:

@@ -160,6 +160,12 @@ def _check_task(t: TaskConfig) -> None:
              t.reward_timeout_s)):
         if not ok:
             raise ValueError(f"{key} {why}; got {value!r}")
+    if t.readings is not None:
+        from rlx.eval.readings import READINGS
+
+        bad = [r for r in t.readings if r not in READINGS]
+        if bad:
+            raise ValueError(f"task.readings: unknown reading(s) {bad}; known: {list(READINGS)} (null: by the golds)")
     check_task_config(t)
 
 

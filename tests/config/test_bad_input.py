@@ -184,7 +184,7 @@ def test_reward_override_replaces_the_task_files_set():
     assert dict(compose(["task.rewards={format: 1.0}"]).task.rewards) == {"format": 1.0}  # not {correct, format}
     assert dict(compose(["task.rewards.correct=0.5"]).task.rewards) == {"correct": 0.5}  # one weight edited
     assert dict(compose(["task=gsm8k", "task.rewards={correct: 1.0}"]).task.rewards) == {"correct": 1.0}
-    assert dict(compose(["experiment=qerl_gsm8k_7b"]).task.rewards) == {"math_verify": 2.0}  # files replace too
+    assert dict(compose(["experiment=qerl_gsm8k_7b"]).task.rewards) == {"stated_answer": 2.0}  # files replace too
     task = build_task(compose(TINY + ["task.rewards={format: 1.0}"]).task)
     assert task.weights == {"format": 1.0}
     assert list(task.score(task.train[:2], ["12", "x=3"])) == ["format"]

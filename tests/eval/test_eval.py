@@ -110,12 +110,17 @@ def test_rlx_eval_reproduces_the_runs_last_val_metrics(run_dir, tmp_path, capsys
     # the files: results.json is the report, the table names every k, one JSONL row per completion
     assert json.loads((tmp_path / "a" / "results.json").read_text())["val"] == _val(last)
     md = (tmp_path / "a" / "results.md").read_text()
-    assert "| set | prompts | greedy acc | mean@4 | pass@1 | pass@2 | pass@4 | maj@1 | maj@2 | maj@4 |" in md
+    assert ("| set | prompts | greedy acc | greedy flexible-extract | greedy strict-match | mean@4 | pass@1 | pass@2 | "
+            "pass@4 | maj@1 | maj@2 | maj@4 |") in md
+    # the benchmark's readings (numeric golds: lm-eval's GSM8K two) are training's val/<reading>, row by row too
+    assert s["readings"] == {"flexible-extract": last["val/flexible-extract"], "strict-match": last["val/strict-match"]}
     rows = [json.loads(line) for line in (tmp_path / "a" / "completions.jsonl").read_text().splitlines()]
     assert len(rows) == 32 * (1 + 4) and {r["kind"] for r in rows} == {"greedy", "sample"}
     greedy = [r for r in rows if r["kind"] == "greedy"]
     assert sum(r["passed"] for r in greedy) / 32 == last["val/acc"]
-    assert set(rows[0]) >= {"prompt", "completion", "reward", "answer", "gold", "passed"}
+    assert set(rows[0]) >= {"prompt", "completion", "reward", "answer", "gold", "passed", "readings"}
+    flexible = [r["readings"]["flexible-extract"]["passed"] for r in greedy]
+    assert sum(flexible) / 32 == last["val/flexible-extract"]
     assert "[rlx-eval] step_2: 32 prompts: 32 greedy + 4 x 32 sampled" in capsys.readouterr().out
 
 

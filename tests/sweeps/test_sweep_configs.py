@@ -200,7 +200,7 @@ def test_smollm2_experiment_is_the_pretrained_model_on_word_problems_with_vllm()
     cfg = compose(["experiment=smollm2_wordproblems"])
     validate(cfg)  # no paths: the model comes from the pip wheel's GGUF, the task is generated
     assert (cfg.model.source, cfg.task.name, cfg.rollout.engine) == ("gguf", "wordproblems", "vllm")
-    assert cfg.model.chat_prompts and cfg.task.rewards == {"math_verify": 1.0}
+    assert cfg.model.chat_prompts and cfg.task.rewards == {"stated_answer": 1.0}
     # 4 x 4 = 16 sequences per step, forwarded 4 at a time, on the lean path (docs/lean.md)
     assert cfg.rollout.prompts_per_step * cfg.rollout.group_size == 16 and cfg.algo.micro_batch_size == 4
     assert cfg.algo.shared_prefix and cfg.trainer.dtype == "bf16"

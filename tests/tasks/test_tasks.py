@@ -151,10 +151,10 @@ def test_gsm8k_val_acc_counts_a_correct_answer_however_phrased(tmp_path):
 def test_task_rewards_replace_instead_of_merging():
     from tests.conftest import compose
 
-    assert dict(compose(["task=gsm8k"]).task.rewards) == {"math_verify": 1.0}
-    assert dict(compose(["task=math"]).task.rewards) == {"math_verify": 1.0}
+    assert dict(compose(["task=gsm8k"]).task.rewards) == {"stated_answer": 1.0}
+    assert dict(compose(["task=math"]).task.rewards) == {"stated_answer": 1.0}
     assert dict(compose([]).task.rewards) == {"correct": 1.0}
-    assert dict(compose(["experiment=qerl_gsm8k_7b"]).task.rewards) == {"math_verify": 2.0}
+    assert dict(compose(["experiment=qerl_gsm8k_7b"]).task.rewards) == {"stated_answer": 2.0}
     with pytest.raises(ValueError, match="task.rewards is empty"):
         build_task(OmegaConf.structured(TaskConfig))
 

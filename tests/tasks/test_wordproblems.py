@@ -70,10 +70,10 @@ def test_gsm8k_style_reward():
     wrong = str(int(ex.answer) + 1)
     right = f"{ex.solution}"  # worked lines then '#### N'
     scores = t.score([ex] * 4, [right, f"Let me think.\n#### {ex.answer}", f"{ex.answer} apples?\n#### {wrong}", "no idea"])
-    assert scores == {"math_verify": [1.0, 1.0, 0.0, 0.0]}
+    assert scores == {"stated_answer": [1.0, 1.0, 0.0, 0.0]}
     assert t.passed(scores) == [True, True, False, False]
 
 
 def test_preset_sets_a_generation_budget_and_the_gsm8k_reward():
     cfg = compose(["task=wordproblems"])
-    assert cfg.task.rewards == {"math_verify": 1.0} and cfg.rollout.max_new_tokens >= 128
+    assert cfg.task.rewards == {"stated_answer": 1.0} and cfg.rollout.max_new_tokens >= 128

@@ -1,0 +1,93 @@
+"""The stated-number rule (rlx.tasks.stated) and the `stated_answer` reward: hand-written completions of
+every allowed form and of every hack class, each with the value a reader would see."""
+
+from decimal import Decimal
+
+import pytest
+
+from rlx.tasks.base import Example
+from rlx.tasks.rewards import stated_answer_batch
+from rlx.tasks.stated import (CONFLICT, EXPRESSION, HEDGE, MAX_CHARS, NON_ASCII, TOO_LONG, UNSTATED, numeric_gold,
+                              parse_number, read_stated, stated_equals)
+
+# (completion, value it states) -- every allowed form of 16 (or the number written)
+STATED = [
+    ("#### 16", 16), ("Step 1: 18 - 2 = 16\n#### 16", 16), ("#### 16.", 16), ("#### 16.0", 16), ("####16", 16),
+    ("#### $16", 16), ("#### \\$16", 16), ("#### 16 shells", 16), ("#### 16 square feet.", 16), ("#### **16**", 16),
+    ("#### 1,000", 1000), ("#### $1,000.50", Decimal("1000.50")), ("#### -3", -3), ("#### -$3", -3), ("#### .5", Decimal("0.5")),
+    ("#### 33%", 33), ("\\boxed{16}", 16), ("so \\boxed{16 \\text{ shells}}.", 16), ("#### 16\n#### 16.0", 16),
+    ("The answer is 16.", 16), ("So, the final answer is **16**.", 16), ("Answer: 16", 16),
+    ("The answer is 16 shells.\n", 16), ("Grace has 18 - 2 = 16 shells.", 16), ("She has 16 shells left.", 16),
+    ("x = -5", -5), ("18 - 2 = 16\nSo she has 16 apples.", 16),
+]
+
+# (completion, flaw) -- hack classes and unstated answers, none of which states a number
+UNSTATED_CASES = [
+    ("Grace = 18 - 2", EXPRESSION), ("Mei = 3 * 2", EXPRESSION), ("Grace has 18 - 2 shells.", EXPRESSION),
+    ("#### 18 - 2", EXPRESSION), ("#### 3*2", EXPRESSION), ("\\boxed{\\frac{32}{2}}", EXPRESSION),
+    ("#### 4^2", EXPRESSION), ("#### sqrt(256)", EXPRESSION), ("The answer is 18 - 2.", EXPRESSION),
+    ("#### 15 or 16", HEDGE), ("#### 15, 16, 17", HEDGE), ("I think 15 or 16.", HEDGE), ("between 15 and 16", HEDGE),
+    ("#### 15 to 16", HEDGE), ("\\boxed{15 \\boxed{16}}", HEDGE), ("16, 17", HEDGE),
+    ("#### 15\n#### 16", CONFLICT), ("\\boxed{15} then \\boxed{16}", CONFLICT),
+    ("#### １６", NON_ASCII), ("#### N", UNSTATED), ("#### \nGrace has 16 shells.", UNSTATED), ("no idea", UNSTATED),
+    ("", UNSTATED),
+]
+
+
+@pytest.mark.parametrize("text,value", STATED)
+def test_each_allowed_form_states_its_number(text, value):
+    r = read_stated(text)
+    assert r.flaw is None and r.value == Decimal(value), r
+
+
+@pytest.mark.parametrize("text,flaw", UNSTATED_CASES)
+def test_expressions_hedges_lists_conflicts_state_nothing(text, flaw):
+    r = read_stated(text)
+    assert r.value is None and r.flaw == flaw, r
+
+
+def test_where_the_answer_is_read_first():
+    # a #### line decides even when prose says something else; boxes only without one
+    assert read_stated("The answer is 15.\n#### 16").source == "hash"
+    assert read_stated("The answer is 15. \\boxed{16}").value == 16
+    # the phrase before the final line; the final line's LAST number, not the first
+    assert read_stated("The answer is 16.\nGood luck with 3 more!").value == 16
+    assert read_stated("First 3 apples, then 16").value == 16
+    # strict (loose=False, string prompts by default): only #### and boxes
+    assert read_stated("The answer is 16.", loose=False).value is None
+    assert read_stated("#### 16", loose=False).value == 16
+
+
+def test_over_long_completions_are_not_read():
+    text = "x" * MAX_CHARS + "\n#### 16"
+    assert read_stated(text).flaw == TOO_LONG
+
+
+def test_numbers_and_golds():
+    assert parse_number("1,000") == 1000 and parse_number("1,00") is None and parse_number("16.0") == 16
+    assert parse_number("18 - 2") is None and parse_number("16 or so") is None
+    assert numeric_gold("72") == 72 and numeric_gold("\\frac{1}{2}") is None and numeric_gold("(1, 2)") is None
+    assert stated_equals("#### 16.0", "16") and not stated_equals("Grace = 18 - 2", "16")
+    with pytest.raises(ValueError, match="not a plain number"):
+        stated_equals("#### 1", "x+1")
+
+
+def test_committed_hack_completions_score_zero():
+    """The completions seed 1 of the tuned word-problem runs wrote (docs/runs/smollm2_tune/eval_cispo):
+    math-verify paid for each; a reader sees no answer in any."""
+    ex = [Example("a", "p", "16"), Example("b", "p", "6"), Example("c", "p", "36"), Example("d", "p", "16")]
+    hacks = ["Grace = 18 - 2", "Mei = 3 * 2", "Grace = 9 * 4", "#### 15 or 16"]
+    assert stated_answer_batch(hacks, ex) == [0.0, 0.0, 0.0, 0.0]
+    honest = ["18 - 2 = 16. The answer is 16.", "Mei has 3 * 2 = 6 books.", "#### 36", "#### 16"]
+    assert stated_answer_batch(honest, ex) == [1.0, 1.0, 1.0, 1.0]
+    # without the loose reading (string prompts) only #### and boxes count
+    assert stated_answer_batch(honest, ex, loose=False) == [0.0, 0.0, 1.0, 1.0]
+
+
+def test_symbolic_golds_go_to_math_verify_after_the_refusals():
+    ex = [Example(str(i), "p", "\\frac{1}{2}") for i in range(5)]
+    texts = ["\\boxed{\\frac{2}{4}}", "\\boxed{0.5}", "\\boxed{\\frac{1}{2} \\text{ or } \\frac{1}{3}}",
+             "\\boxed{\\frac13} no, \\boxed{\\frac12}", "\\boxed{x \\boxed{\\frac12}}"]
+    assert stated_answer_batch(texts, ex) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    # a numeric gold on a MATH-style task: an unevaluated expression scores 0 there too
+    assert stated_answer_batch(["\\boxed{\\frac{32}{2}}", "\\boxed{16}"], [Example("n", "p", "16")] * 2) == [0.0, 1.0]
