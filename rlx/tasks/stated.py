@@ -5,9 +5,11 @@ for the gold 16 verifies under math-verify, which evaluates the expression (docs
 reader (lm-eval, a person) sees no answer there. So where the gold is a number, the final answer counts
 only when it IS that number, written as a number:
 
-- where it is read (`read_stated`), in this order: the last `####` line; else the last top-level
-  `\\boxed{}`; else, when `loose` (task.answer_phrase, on for chat prompts), the number of the last
-  "the answer is N" / "answer: N", else the last number of the final non-empty line;
+- where it is read (`read_stated`), in this order: the last `####` line (one without any digit is the
+  instruction's `#### N` placeholder copied, and is skipped); else the last top-level `\\boxed{}`; else,
+  when `loose` (task.answer_phrase, on for chat prompts), the number of the last "the answer is N" /
+  "answer: N" / "N is the answer" (after its last `=`: "the answer is 2 + 2 = 4"), else the last number
+  of the final non-empty line;
 - what counts as a number (`parse_number`): a sign, `$` (or LaTeX's `\\$`), thousands separators in
   whole groups, a decimal point, a trailing `%`, a trailing unit word or two (`16 shells`), a trailing
   full stop, markdown emphasis around it (`**16**`) and `\\text{}` around the unit; `16.0` is 16;
@@ -45,6 +47,9 @@ _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _EMPHASIS = re.compile(r"^([*_]+)(.+?)([*_]+)$", re.S)
 _HASH = re.compile(r"####[^\n]*")
 _PHRASE = re.compile(r"\banswer\s*(?:is|=|:)\s*:?\s*([^\n]*)", re.IGNORECASE)
+# "25 is the answer": the number right before the phrase (no other number may lead into it: `15 or 16 is ...`)
+_PHRASE_AFTER = re.compile(r"(?:^|[\s(:,])(-?\$?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)\s*(?:[A-Za-z]+\s+)?"
+                           r"(?:is|was|would be)\s+(?:the|my|our)\s+(?:final\s+)?answer\b", re.IGNORECASE | re.ASCII)
 _DIGITS = re.compile(r"[0-9]", re.ASCII)
 _ANY_DIGIT = re.compile(r"\d")  # every Unicode decimal digit
 _LINE_NUM = re.compile(rf"(?<![0-9.,])({_NUM})(?![0-9])", re.ASCII)
@@ -178,7 +183,8 @@ def read_stated(text: str, loose: bool = True) -> Reading:
     "answer is N" phrase and the final line when there is neither a `####` line nor a box."""
     if len(text) > MAX_CHARS:
         return Reading(None, None, TOO_LONG)
-    hashes = [m.group(0)[4:] for m in _HASH.finditer(text)]
+    # a #### line that holds no digit at all is the instruction's placeholder copied (`#### N`), not an answer
+    hashes = [h for h in (m.group(0)[4:] for m in _HASH.finditer(text)) if _ANY_DIGIT.search(h)]
     if hashes:
         return _one_of(hashes, "hash")
     boxes = top_level_boxes(text)
@@ -186,9 +192,12 @@ def read_stated(text: str, loose: bool = True) -> Reading:
         return _one_of(boxes, "boxed")
     if not loose:
         return Reading(None, None, UNSTATED)
-    phrases = [m.group(1) for m in _PHRASE.finditer(text)]
+    phrases = [(m.start(), m.group(1)) for m in _PHRASE.finditer(text)]
+    phrases += [(m.start(), m.group(1) + ".") for m in _PHRASE_AFTER.finditer(text)]
     if phrases:
-        sentence = re.split(r"(?<=[0-9a-zA-Z%])\.(?:\s|$)|[;!?]", phrases[-1])[0]
+        sentence = re.split(r"(?<=[0-9a-zA-Z%])\.(?:\s|$)|[;!?]", max(phrases)[1])[0]
+        if "=" in sentence and parse_number(sentence.rsplit("=", 1)[1]) is not None:
+            sentence = sentence.rsplit("=", 1)[1]  # "the answer is 2 + 2 = 4 books": the result is stated
         value = parse_number(sentence)
         if value is not None:
             return Reading(value, "phrase", None, sentence.strip())

@@ -18,7 +18,10 @@ STATED = [
     ("#### 33%", 33), ("\\boxed{16}", 16), ("so \\boxed{16 \\text{ shells}}.", 16), ("#### 16\n#### 16.0", 16),
     ("The answer is 16.", 16), ("So, the final answer is **16**.", 16), ("Answer: 16", 16),
     ("The answer is 16 shells.\n", 16), ("Grace has 18 - 2 = 16 shells.", 16), ("She has 16 shells left.", 16),
-    ("x = -5", -5), ("18 - 2 = 16\nSo she has 16 apples.", 16),
+    ("x = -5", -5), ("18 - 2 = 16\nSo she has 16 apples.", 16), ("8 + 17 = 16, and 16 is the answer.", 16),
+    ("The final answer is 2 + 2 = 16.", 16),
+    # a #### line without any digit is the prompt's placeholder copied, not an answer: read on
+    ("#### N\nThe final answer is 16.", 16), ("#### \nGrace has 16 shells.", 16),
 ]
 
 # (completion, flaw) -- hack classes and unstated answers, none of which states a number
@@ -29,7 +32,7 @@ UNSTATED_CASES = [
     ("#### 15 or 16", HEDGE), ("#### 15, 16, 17", HEDGE), ("I think 15 or 16.", HEDGE), ("between 15 and 16", HEDGE),
     ("#### 15 to 16", HEDGE), ("\\boxed{15 \\boxed{16}}", HEDGE), ("16, 17", HEDGE),
     ("#### 15\n#### 16", CONFLICT), ("\\boxed{15} then \\boxed{16}", CONFLICT),
-    ("#### １６", NON_ASCII), ("#### N", UNSTATED), ("#### \nGrace has 16 shells.", UNSTATED), ("no idea", UNSTATED),
+    ("#### １６", NON_ASCII), ("#### N", UNSTATED), ("#### \n####", UNSTATED), ("no idea", UNSTATED),
     ("", UNSTATED),
 ]
 
