@@ -14,13 +14,33 @@ import math
 from pathlib import Path
 
 
-def greedy_passed(path: Path) -> dict[tuple[str, int], bool]:
-    """(eval set, problem index) -> the greedy completion passed."""
+VERDICTS = ("passed", "stated", "strict-match", "flexible-extract")
+
+
+def verdict(row: dict, by: str = "passed") -> bool:
+    """A row's verdict: the one it recorded (`passed`, the task's rewards of its day), `stated` (today's
+    stated_answer rule, loose), or a benchmark reading (recorded in the row, else read from its completion)."""
+    if by == "passed":
+        return bool(row["passed"])
+    if by == "stated":
+        from rlx.tasks.stated import numeric_gold, read_stated
+
+        gold = numeric_gold(row["gold"])
+        return gold is not None and read_stated(row["completion"]).value == gold
+    if by in (row.get("readings") or {}):
+        return bool(row["readings"][by]["passed"])
+    from rlx.eval.readings import read
+
+    return bool(read([by], [row["completion"]], [row["gold"]])[by][0]["passed"])
+
+
+def greedy_passed(path: Path, by: str = "passed") -> dict[tuple[str, int], bool]:
+    """(eval set, problem index) -> the greedy completion's verdict (`verdict`)."""
     out = {}
     for line in path.read_text().splitlines():
         r = json.loads(line)
         if r["kind"] == "greedy":
-            out[(r["set"], int(r["index"]))] = bool(r["passed"])
+            out[(r["set"], int(r["index"]))] = verdict(r, by)
     if not out:
         raise ValueError(f"{path}: no greedy completion (run rlx-eval, which writes them)")
     return out
@@ -46,12 +66,14 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m rlx.eval.paired", description=__doc__.split("\n\n")[0])
     ap.add_argument("base", type=Path, help="the base model's completions.jsonl (rlx-eval without a run)")
     ap.add_argument("runs", type=Path, nargs="+", help="each run's completions.jsonl (rlx-eval RUN)")
+    ap.add_argument("--by", default="passed", choices=VERDICTS, help="the verdict compared: the recorded `passed` "
+                    "(default), today's `stated` rule, or a benchmark reading (docs/eval.md)")
     args = ap.parse_args(argv)
-    base = greedy_passed(args.base)
+    base = greedy_passed(args.base, args.by)
     print("| run | problems | base acc (%) | run acc (%) | gain (points) [paired 95%] | gained / lost |")
     print("|---|---|---|---|---|---|")
     for path in args.runs:
-        g = paired_gain(base, greedy_passed(path))
+        g = paired_gain(base, greedy_passed(path, args.by))
         print(f"| {path} | {g['n']} | {g['base_acc']:.1f} | {g['run_acc']:.1f} | {g['gain']:+.1f} "
               f"[{g['low']:+.1f}, {g['high']:+.1f}] | {g['gained']} / {g['lost']} |")
 

@@ -33,20 +33,28 @@ def _user_text(prompt: str) -> str:
     return body.split("<|im_end|>", 1)[0]
 
 
-def golds_from_run(run_dir: Path) -> dict[str, str]:
-    """{prompt text: gold} of every example of the run's task, rebuilt from summary.json's config."""
+def golds_from_run(run_dir: Path, overrides: list[str] | None = None) -> dict[str, str]:
+    """{prompt text: gold} of every example of the run's task, rebuilt from summary.json's config, or (a run
+    that recorded none) from `overrides` composed as rlx.train would (e.g. experiment=smollm2_wordproblems)."""
     from omegaconf import OmegaConf
 
+    from rlx.eval.source import base_config
     from rlx.tasks import build_task
 
     summary = run_dir / "summary.json"
-    if not summary.is_file():
-        raise FileNotFoundError(f"{run_dir}: no summary.json to rebuild the task from (its rows carry no gold)")
-    task = build_task(OmegaConf.create(json.loads(summary.read_text())["config"]["task"]))
+    config = json.loads(summary.read_text()).get("config") if summary.is_file() else None
+    if config is not None:
+        node = OmegaConf.create(config["task"])
+    elif overrides:
+        node = base_config(overrides).task
+    else:
+        raise ValueError(f"{run_dir}: its rows carry no gold and it recorded no config (summary.json) to rebuild "
+                         f"the task from; name the run's config: --config experiment=... [key=value ...]")
+    task = build_task(node)
     return {e.prompt: e.answer for e in task.train + task.eval}
 
 
-def load(target: Path) -> tuple[list[dict], str]:
+def load(target: Path, overrides: list[str] | None = None) -> tuple[list[dict], str]:
     """(rows with `completion`, `gold` and the recorded `passed`, what they are)."""
     path = target / "completions.jsonl" if target.is_dir() else target
     if not path.is_file():
@@ -54,7 +62,7 @@ def load(target: Path) -> tuple[list[dict], str]:
     rows = _rows(path)
     if rows and "gold" in rows[0]:
         return [r for r in rows if r.get("kind", "greedy") == "greedy"], "rlx-eval greedy completions"
-    golds = golds_from_run(path.parent)
+    golds = golds_from_run(path.parent, overrides)
     out = []
     for r in rows:
         gold = golds.get(_user_text(r["prompt"]))
@@ -98,12 +106,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap.add_argument("paths", nargs="+", help="completions.jsonl files or run directories")
     ap.add_argument("--strict", action="store_true", help="stated_answer without the loose reading (#### and "
                     "boxes only); default: loose, as for chat prompts")
+    ap.add_argument("--config", nargs="*", default=None, help="Hydra overrides composing the task of runs that "
+                    "recorded no config (their samples carry no gold)")
     ap.add_argument("--md", default=None, help="also write the table to this markdown file")
     args = ap.parse_args(argv)
     results = {}
     try:
         for p in args.paths:
-            rows, what = load(Path(p))
+            rows, what = load(Path(p), args.config)
             results[p] = {**regrade(rows, loose=not args.strict), "what": what}
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"rlx-regrade: error: {e}") from None
