@@ -146,9 +146,22 @@ def _read(text: str, how: str, parse):
     return parse("\\boxed{" + text + "}" if how == WHOLE else text, parsing_timeout=None)
 
 
+class _NoTimeoutNotice:
+    """Drops math-verify's "Timeout is disabled ..." notice: the pool bounds every call (the module
+    docstring), so the notice, repeated at every worker start, only buries a run's own output."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
 def _setup():
+    import logging
+
     from math_verify import parse, verify
 
+    for name in ("math_verify.parser", "math_verify.grader"):  # this worker's loggers only
+        logging.getLogger(name).addFilter(_NoTimeoutNotice())
     return parse, verify
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import signal
+import sys
 import time
 import traceback
+import types
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -98,6 +100,22 @@ class _Batch:
 
 
 @contextlib.contextmanager
+def _main_not_reimported():
+    """A spawn child re-imports its parent's __main__ (as __mp_main__) before anything else, so a user's
+    script without an `if __name__ == "__main__":` guard would run again in every worker, start workers of
+    its own, and die ("3 workers in a row died while starting"). The workers' targets live in rlx's own
+    modules and a reward function in __main__ is refused (rlx.tasks.user_rewards.load_reward), so the child
+    needs nothing of __main__: while it starts, __main__ is an empty module that names no file."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+@contextlib.contextmanager
 def _stdlib_start_method():
     """A spawn child re-applies its parent's *global* start method before it imports anything. Inside a
     joblib/loky worker (`hydra/launcher=joblib`) that method is 'loky', which the child cannot find
@@ -139,7 +157,7 @@ class WorkerPool:
         ctx = mp.get_context("spawn")  # never fork a process that holds torch threads
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=self.target, args=(child, self.mem_mb, self.arg), daemon=True, name=self.name)
-        with _stdlib_start_method():
+        with _stdlib_start_method(), _main_not_reimported():
             proc.start()
         child.close()
         return _Proc(proc, parent, time.monotonic())
