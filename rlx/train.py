@@ -47,6 +47,7 @@ from rlx.rollout.metrics import rollout_metrics
 from rlx.rollout.schedule import build_schedule
 from rlx.run.records import read_metrics
 from rlx.tasks import build_task
+from rlx.tasks.tripwires import TripwireMonitor
 from rlx.run.threads import ThreadGovernor
 
 register_configs()
@@ -87,6 +88,7 @@ class Parts:
     evaluate: Evaluator | None = None  # held-out evaluation, bound to the task and the validation sampling
     checkpoint: Resumable | None = None  # what a checkpoint stores and a resume restores
     state: RunState = field(default_factory=RunState)  # step resumed after, run id, compute so far
+    tripwires: TripwireMonitor | None = None  # the hack tripwires' moving means (rlx.tasks.tripwires): [warn] lines
 
     def compute_now(self) -> dict:
         return self.state.compute_now(self.trainer.num_devices)
@@ -181,7 +183,11 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
     examples, batch = generate(p.schedule, p.policy, p.curriculum, cfg.rollout.prompts_per_step, step, m)
     per_fn, rewards, passed = score(p.task, examples, batch)
     rewards = p.shaping.rewards(batch, rewards)  # DAPO overlong punishment, before any metric reads them
-    m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, cfg.rollout.group_size))
+    m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, cfg.rollout.group_size, examples))
+    if p.tripwires is None:  # a resumed run picks up the moving means where its earlier steps left them
+        p.tripwires = TripwireMonitor.for_run(p.run_dir, p.state.start_step)
+    for warning in p.tripwires.update(step, m):  # a hack tripwire's moving mean crossed its threshold
+        _log(warning)
     rows = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
     if step == p.state.start_step + 1 and m["response_length/clip_ratio"] > 0.5:

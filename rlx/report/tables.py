@@ -128,16 +128,49 @@ def pct(v) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
+def tripwire_cell(j: Run) -> str:
+    """'unstated / hedged / copy': the largest WINDOW-step moving mean of each hack tripwire over the run, in %
+    (rlx.tasks.tripwires.run_maxima; copy: over its base); bold past the threshold train.log warns at; '–'
+    before MIN_STEPS values."""
+    from rlx.tasks.tripwires import HACKS, THRESHOLDS, run_maxima
+
+    top = run_maxima(j.records)
+    cells = []
+    for key in HACKS:
+        v = top[key]
+        text = "–" if v is None else f"{100 * v:.0f}"
+        cells.append(f"**{text}**" if v is not None and v > THRESHOLDS[key] else text)
+    return " / ".join(cells)
+
+
+def tripwire_note() -> str:
+    from rlx.tasks.tripwires import HACKS, THRESHOLDS, WINDOW
+
+    limits = " / ".join(f"{100 * THRESHOLDS[k]:.0f}" for k in HACKS)
+    return (f"hack %: of the rewarded completions, the share that stated no number / hedged / copied a prompt number "
+            f"(less the share whose gold is one), the largest {WINDOW}-step moving mean over the run (train/hack/*); "
+            f"bold: past the threshold ({limits}) where train.log warned that the reward may pay for a hack "
+            f"(docs/rewards.md, 'Hack tripwires').")
+
+
 def runs_table(jobs: list[Run]) -> list[str]:
+    """Every job with its status and accuracies; a hack % column when any job logged the tripwires (runs from
+    before them render as they did)."""
+    from rlx.tasks.tripwires import REWARDED
+
+    tripwires = any(r.get(REWARDED) is not None for j in jobs for r in j.records)
     rows = []
     for j in jobs:
         acc = j.summary.get("val/acc")
         base = j.summary.get("val/acc_base")
         rows.append([j.name, j.arm, str(j.seed), j.status, str(j.get("train.steps")),
                      "–" if base is None else f"{100 * base:.1f}", "–" if acc is None else f"{100 * acc:.1f}",
+                     *([tripwire_cell(j)] if tripwires else []),
                      f"{j.summary['wall_s']:.0f}" if j.summary.get("wall_s") is not None else "–",
                      j.error[:120]])
-    return md_table(["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %", "wall s", "error"], rows)
+    header = ["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %",
+              *(["hack % unstated / hedged / copy"] if tripwires else []), "wall s", "error"]
+    return md_table(header, rows) + (["", tripwire_note()] if tripwires else [])
 
 
 def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, width: int = 80) -> list[str]:

@@ -37,12 +37,12 @@ CONFLICT = "conflict"  # several `####` lines (or boxes) that state different nu
 NON_ASCII = "non_ascii"  # digits outside 0-9 (fullwidth, Arabic-Indic, ...): not what any gold is written in
 TOO_LONG = "too_long"  # over MAX_CHARS: not read
 
-_NUM = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+"  # 1,000 | 16 | 16.0 | .5
+NUMBER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+"  # 1,000 | 16 | 16.0 | .5
 _CONNECTORS = {"or", "to", "and", "plus", "minus", "times", "over", "divided", "multiplied", "by", "x", "nor",
                "through", "until", "between"}
 _UNIT = r"[A-Za-z][A-Za-z'\-]*(?:\s+[A-Za-z][A-Za-z'\-]*){0,1}"  # `shells`, `square feet`: two words at most
 # a whole answer that is one number: [sign] [$] [sign] NUM [%] [unit] [.]
-_STATED = re.compile(rf"^([-+]?)\s*(?:\\?\$)?\s*([-+]?)\s*({_NUM})\s*(\\?%)?\s*(?:({_UNIT})\s*)?\.?$", re.ASCII)
+_STATED = re.compile(rf"^([-+]?)\s*(?:\\?\$)?\s*([-+]?)\s*({NUMBER})\s*(\\?%)?\s*(?:({_UNIT})\s*)?\.?$", re.ASCII)
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _EMPHASIS = re.compile(r"^([*_]+)(.+?)([*_]+)$", re.S)
 _HASH = re.compile(r"####[^\n]*")
@@ -52,7 +52,7 @@ _PHRASE_AFTER = re.compile(r"(?:^|[\s(:,])(-?\$?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9
                            r"(?:is|was|would be)\s+(?:the|my|our)\s+(?:final\s+)?answer\b", re.IGNORECASE | re.ASCII)
 _DIGITS = re.compile(r"[0-9]", re.ASCII)
 _ANY_DIGIT = re.compile(r"\d")  # every Unicode decimal digit
-_LINE_NUM = re.compile(rf"(?<![0-9.,])({_NUM})(?![0-9])", re.ASCII)
+_LINE_NUM = re.compile(rf"(?<![0-9.,])({NUMBER})(?![0-9])", re.ASCII)
 _OPERATOR_BEFORE = re.compile(r"(?:[-+*/×÷^·{}()\[\]\\<>~±–—,;&|]|\bx|[0-9])$")
 _OPERATOR_AFTER = re.compile(r"^\s*(?:[-+*/×÷^·{}()\[\]\\<>~±–—&|=]|\bx\b|(?:or|to|and|plus|minus|times|over|divided)\b)",
                              re.IGNORECASE)
@@ -98,7 +98,7 @@ def parse_number(text: str) -> Decimal | None:
         return None
     try:
         value = Decimal(num.replace(",", ""))
-    except InvalidOperation:  # cannot happen for _NUM, kept for safety
+    except InvalidOperation:  # cannot happen for NUMBER, kept for safety
         return None
     return -value if "-" in (sign1 + sign2) else value
 
