@@ -287,9 +287,22 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
         if progress is not None:
             progress.close()
         _close(p.schedule, p.engine, world, run_dir, logger, summary, t_start - p.state.wall_offset, exit_code)
-    _log(f"[done] held-out accuracy: SFT base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
+    _log(f"[done] held-out accuracy: {base_label(cfg)} base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
          f"({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {run_dir}")
     return summary
+
+
+def base_label(cfg) -> str:
+    """What the step-0 evaluation evaluates: the tiny model's SFT warm start, or a pretrained model as loaded."""
+    return "SFT" if cfg.model.source == "tiny" and cfg.model.sft.steps > 0 else "pretrained"
+
+
+def _readings_text(m: dict) -> str:
+    """The benchmark's readings beside the task's verdict (rlx.eval.readings): ' (strict-match 0.010, ...)'."""
+    from rlx.eval.readings import READINGS
+
+    found = [f"{r} {m[f'val/{r}']:.3f}" for r in READINGS if f"val/{r}" in m]
+    return f" ({', '.join(found)})" if found else ""
 
 
 def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
@@ -298,7 +311,7 @@ def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
         t0 = time.time()
         ev = p.evaluate(p.schedule, p.policy, 0)
         logger.log({**ev, **p.compute_now(), "timing_s/eval": time.time() - t0}, step=0)
-        _log(f"[eval] step 0 (SFT base): val/acc {ev['val/acc']:.3f}")
+        _log(f"[eval] step 0 ({base_label(p.cfg)} base): val/acc {ev['val/acc']:.3f}{_readings_text(ev)}")
         if p.extrap is not None:
             p.extrap.observe(p.policy, 0, p.opt)
     return world.broadcast(
@@ -319,7 +332,7 @@ def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> tuple[dict, li
         m.update(p.evaluate(p.schedule, p.policy, step))
         m["timing_s/eval"] = time.time() - t0
         m.update(p.compute_now())
-        _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}"
+        _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}{_readings_text(m)}"
              + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
              + f" ({m['timing_s/eval']:.1f}s)")
     m["timing_s/step"] = time.time() - t_step
