@@ -36,9 +36,25 @@ def register_reward(name: str, batch=None):
     return deco
 
 
+def several_answers(completion: str) -> bool:
+    """Whether the completion gives more than one final answer: `####` parts that differ, boxes that differ,
+    or a box inside a box (`\\boxed{5 \\boxed{4}}`), so a reward that reads the last one cannot be paid by
+    listing candidates. A completion over MAX_CHARS counts too (it is not read)."""
+    from rlx.tasks.stated import MAX_CHARS, top_level_boxes
+
+    if len(completion) > MAX_CHARS:
+        return True
+    hashes = {h.strip() for h in completion.split("####")[1:]}
+    boxes = top_level_boxes(completion)
+    return len(hashes) > 1 or any("\\boxed" in b for b in boxes) or (not hashes and len(set(boxes)) > 1)
+
+
 @register_reward("correct")
 def correct(completion: str, example) -> float:
-    """1 if the completion's final answer equals the gold answer exactly (after trimming spaces)."""
+    """1 if the completion's final answer equals the gold answer exactly (after trimming spaces), and it gives
+    only one (`several_answers`)."""
+    if several_answers(completion):
+        return 0.0
     ans = final_answer(completion)
     return float(ans is not None and ans == example.answer.strip())
 

@@ -8,8 +8,9 @@ only when it IS that number, written as a number:
 - where it is read (`read_stated`), in this order: the last `####` line (one without any digit is the
   instruction's `#### N` placeholder copied, and is skipped); else the last top-level `\\boxed{}`; else,
   when `loose` (task.answer_phrase, on for chat prompts), the number of the last "the answer is N" /
-  "answer: N" / "N is the answer" (after its last `=`: "the answer is 2 + 2 = 4"), else the last number
-  of the final non-empty line;
+  "answer: N" / "N is the answer" (after its last `=`: "the answer is 2 + 2 = 4"; phrases that state
+  different numbers conflict), else the last number of the last sentence of the final non-empty line
+  (a final line that is a question states nothing: an echoed problem);
 - what counts as a number (`parse_number`): a sign, `$` (or LaTeX's `\\$`), thousands separators in
   whole groups, a decimal point, a trailing `%`, a trailing unit word or two (`16 shells`), a trailing
   full stop, markdown emphasis around it (`**16**`) and `\\text{}` around the unit; `16.0` is 16;
@@ -46,10 +47,11 @@ _STATED = re.compile(rf"^([-+]?)\s*(?:\\?\$)?\s*([-+]?)\s*({NUMBER})\s*(\\?%)?\s
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _EMPHASIS = re.compile(r"^([*_]+)(.+?)([*_]+)$", re.S)
 _HASH = re.compile(r"####[^\n]*")
-_PHRASE = re.compile(r"\banswer\s*(?:is|=|:)\s*:?\s*([^\n]*)", re.IGNORECASE)
+_PHRASE = re.compile(r"\banswer\s*(?:is|=|:)\s*:?\s*(?=([^\n]*))", re.IGNORECASE)  # the rest of the line, unconsumed
 # "25 is the answer": the number right before the phrase (no other number may lead into it: `15 or 16 is ...`)
 _PHRASE_AFTER = re.compile(r"(?:^|[\s(:,])(-?\$?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)\s*(?:[A-Za-z]+\s+)?"
                            r"(?:is|was|would be)\s+(?:the|my|our)\s+(?:final\s+)?answer\b", re.IGNORECASE | re.ASCII)
+_SENTENCE_END = re.compile(r"(?<=[0-9a-zA-Z%*_)])\.(?:\s|$)|[;!?]")  # a full stop not inside a number
 _DIGITS = re.compile(r"[0-9]", re.ASCII)
 _ANY_DIGIT = re.compile(r"\d")  # every Unicode decimal digit
 _LINE_NUM = re.compile(rf"(?<![0-9.,])({NUMBER})(?![0-9])", re.ASCII)
@@ -154,7 +156,11 @@ def _final_line(text: str) -> Reading:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return Reading(None, None, UNSTATED)
-    line = lines[-1]
+    line = lines[-1].rstrip()
+    if line.endswith("?"):  # a question (an echoed problem) answers nothing
+        return Reading(None, "final_line", UNSTATED, line.strip())
+    sentences = [t for t in _SENTENCE_END.split(line) if t.strip()]
+    line = sentences[-1] if sentences else line  # "She gave 2 of them away. So she has 16." -> its last sentence
     found = list(_LINE_NUM.finditer(line))
     if not found:
         if _ANY_DIGIT.search(line):
@@ -192,18 +198,30 @@ def read_stated(text: str, loose: bool = True) -> Reading:
         return _one_of(boxes, "boxed")
     if not loose:
         return Reading(None, None, UNSTATED)
-    phrases = [(m.start(), m.group(1)) for m in _PHRASE.finditer(text)]
-    phrases += [(m.start(), m.group(1) + ".") for m in _PHRASE_AFTER.finditer(text)]
+    phrases = sorted([(m.start(), m.group(1)) for m in _PHRASE.finditer(text)] +
+                     [(m.start(), m.group(1) + ".") for m in _PHRASE_AFTER.finditer(text)])
     if phrases:
-        sentence = re.split(r"(?<=[0-9a-zA-Z%])\.(?:\s|$)|[;!?]", max(phrases)[1])[0]
-        if "=" in sentence and parse_number(sentence.rsplit("=", 1)[1]) is not None:
-            sentence = sentence.rsplit("=", 1)[1]  # "the answer is 2 + 2 = 4 books": the result is stated
-        value = parse_number(sentence)
-        if value is not None:
-            return Reading(value, "phrase", None, sentence.strip())
-        if _LINE_NUM.search(sentence) or (_ANY_DIGIT.search(sentence) and not _DIGITS.search(sentence)):
-            return Reading(None, "phrase", classify(sentence), sentence.strip())
+        readings = [_phrase(rest) for _, rest in phrases]
+        last = readings[-1]
+        if last.value is not None and any(r.value is not None and r.value != last.value for r in readings[:-1]):
+            return Reading(None, "phrase", CONFLICT, last.text)  # "the answer is 17 ... the answer is 16"
+        if last.value is not None or last.flaw is not None:
+            return last
     return _final_line(text)
+
+
+def _phrase(rest: str) -> Reading:
+    """What one "the answer is ..." phrase states: its sentence's number (after its last `=`), a flaw when
+    the sentence holds numbers but not one stated number, else (value and flaw None) nothing to read."""
+    sentence = _SENTENCE_END.split(rest)[0]
+    if "=" in sentence and parse_number(sentence.rsplit("=", 1)[1]) is not None:
+        sentence = sentence.rsplit("=", 1)[1]  # "the answer is 2 + 2 = 4 books": the result is stated
+    value = parse_number(sentence)
+    if value is not None:
+        return Reading(value, "phrase", None, sentence.strip())
+    if _LINE_NUM.search(sentence) or (_ANY_DIGIT.search(sentence) and not _DIGITS.search(sentence)):
+        return Reading(None, "phrase", classify(sentence), sentence.strip())
+    return Reading(None, None, None)
 
 
 def numeric_gold(gold: str) -> Decimal | None:

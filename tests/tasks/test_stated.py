@@ -32,6 +32,10 @@ UNSTATED_CASES = [
     ("#### 15 or 16", HEDGE), ("#### 15, 16, 17", HEDGE), ("I think 15 or 16.", HEDGE), ("between 15 and 16", HEDGE),
     ("#### 15 to 16", HEDGE), ("\\boxed{15 \\boxed{16}}", HEDGE), ("16, 17", HEDGE),
     ("#### 15\n#### 16", CONFLICT), ("\\boxed{15} then \\boxed{16}", CONFLICT),
+    ("The answer is 17.\nThe answer is 16.", CONFLICT), ("The answer is 17. No wait, the answer is 16.", CONFLICT),
+    # an echoed question: its final line asks, it does not answer
+    ("Grace has 18 shells. She gave 2 of them to her brother. How many shells does Grace have now?", UNSTATED),
+    ("Grace has 16 shells. Good job!", UNSTATED),  # the final line's last sentence states nothing
     ("#### １６", NON_ASCII), ("#### N", UNSTATED), ("#### \n####", UNSTATED), ("no idea", UNSTATED),
     ("", UNSTATED),
 ]

@@ -69,6 +69,10 @@ def test_rewards_registry_and_scoring():
     ex = Example(key="k", prompt="2+2=", answer="4")
     assert REWARDS["correct"]("4", ex) == 1.0 and REWARDS["correct"](" 4 ", ex) == 1.0
     assert REWARDS["correct"]("5", ex) == 0.0 and REWARDS["correct"]("44", ex) == 0.0
+    # one final answer only: not the last of several, not a box in a box, nothing over MAX_CHARS (rlx-audit's finds)
+    assert REWARDS["correct"]("#### 4\n#### 4", ex) == 1.0 and REWARDS["correct"]("#### 5\n#### 4", ex) == 0.0
+    assert REWARDS["correct"]("\\boxed{4}", ex) == 1.0 and REWARDS["correct"]("\\boxed{5 \\boxed{4}}", ex) == 0.0
+    assert REWARDS["correct"]("\\boxed{5} \\boxed{4}", ex) == 0.0 and REWARDS["correct"]("x" * 20_001 + "\n#### 4", ex) == 0.0
     assert REWARDS["format"]("-12", ex) == 1.0 and REWARDS["format"]("1a", ex) == 0.0
     t = build_task(_cfg(name="arith", n_train=5, n_eval=2, rewards={"correct": 1.0, "format": 0.5}))
     e = t.train[0]
