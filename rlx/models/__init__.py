@@ -1,5 +1,5 @@
-"""Policy construction: base model (tiny SFT-cached or a local HF path) -> [quantized] -> LoRA, or the
-base itself with every weight trainable (model.finetune=full)."""
+"""Policy construction: base model (tiny SFT-cached, a local HF path, or any of them after the SFT stage,
+rlx.sft) -> [quantized] -> LoRA, or the base itself with every weight trainable (model.finetune=full)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from rlx import sft
 from rlx.models.forward import causal_lm, token_logprobs
 from rlx.models.tiny import cache_key, load_or_build_tiny
 from rlx.models.tokenizer import build_char_tokenizer
@@ -47,25 +48,58 @@ def load_tokenizer(model_cfg, log=print):
     return tok
 
 
-def load_hf(model_cfg, log=print, tok=None):
-    """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
+def _load_dir(path: Path, dtype: str, log=print):
+    """A saved causal LM (always read back from disk, so a fresh run and a resumed one start from
+    bitwise the same base)."""
     from transformers import AutoModelForCausalLM
 
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype: '{dtype}' is not one of {sorted(DTYPES)}")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], local_files_only=True)
+    log(f"[model] loaded {type(model).__name__} from {path}")
+    return model.eval()
+
+
+def load_hf(model_cfg, log=print, tok=None):
+    """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
     path = _hf_path(model_cfg, log)
     if model_cfg.dtype not in DTYPES:
         raise ValueError(f"model.dtype: '{model_cfg.dtype}' is not one of {sorted(DTYPES)}")
     tok = load_tokenizer(model_cfg, log) if tok is None else tok
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True)
-    log(f"[model] loaded {type(model).__name__} from {path}")
-    return model.eval(), tok
+    return _load_dir(path, model_cfg.dtype, log), tok
 
 
-def load_base(cfg, task, log=print):
+def _sft_start(cfg, log):
+    """The float32 model the SFT stage starts from: the tiny model's random init (the caller seeds it)
+    or the pretrained weights."""
+    if cfg.model.source == "tiny":
+        from transformers import Qwen2ForCausalLM
+
+        from rlx.models.tiny import tiny_config
+
+        tok = build_char_tokenizer()
+        return Qwen2ForCausalLM(tiny_config(cfg.model, len(tok), tok))
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(_hf_path(cfg.model, log), dtype=torch.float32, local_files_only=True)
+
+
+def _start_dir(cfg, log=print) -> Path | None:
+    """The HF directory the base comes from (None for the tiny model, built here)."""
+    return None if cfg.model.source == "tiny" else _hf_path(cfg.model, log)
+
+
+def load_base(cfg, task, log=print, device: torch.device | str = "cpu"):
     """(model, tokenizer) of the base policy before quantization and LoRA. Chat prompts are rendered
-    with the tokenizer first (every prompt when model.chat_prompts): the tiny base's SFT trains on the
-    rendered prompts."""
+    with the tokenizer first (every prompt when model.chat_prompts): SFT trains on the rendered
+    prompts. With model.sft.data set the base is the SFT stage's result (rlx.sft, trained on `device`
+    on a cache miss, loaded from its directory always), and RL's training split skips the SFT problems
+    when model.sft.exclude_from_rl."""
     tok = load_tokenizer(cfg.model, log)
     task.render_chat(tok, all_prompts=cfg.model.chat_prompts)
+    if sft.enabled(cfg.model):
+        path = sft.warm_start(cfg, task, tok, lambda: _sft_start(cfg, log), _start_dir(cfg, log), log, device)
+        return _load_dir(path, cfg.model.dtype, log), tok
     if cfg.model.source == "tiny":
         model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, log, tok)
         return model, tok
@@ -103,10 +137,26 @@ def count_params(model) -> int:
 
 
 def base_dir(cfg) -> Path:
-    """The directory holding the base model's HF checkpoint (what a vLLM engine loads)."""
+    """The directory holding the base model's HF checkpoint (what a vLLM engine loads): the SFT stage's
+    result when model.sft.data is set."""
+    if sft.enabled(cfg.model):
+        return sft.sft_dir(cfg, _start_dir(cfg))
     if cfg.model.source == "tiny":
         return Path(cfg.model.cache_dir).expanduser().resolve() / f"tiny-{cache_key(cfg.model, cfg.task)}"
     return _hf_path(cfg.model)
+
+
+def base_label(cfg) -> str:
+    """What the RL run starts from, for the step-0 evaluation's line: "SFT" (the SFT stage of any model, or
+    the tiny warm start) or "pretrained" (rlx.sft.base_label)."""
+    return sft.base_label(cfg)
+
+
+def sft_record(cfg) -> dict | None:
+    """The SFT stage's summary metrics for this config (sft/eval_loss_before, sft/eval_loss_after,
+    sft/steps, timing_s/sft_step, ...) once its result exists; None without the stage. Call it after
+    build_policy (which builds the result)."""
+    return sft.read_record(base_dir(cfg)) if sft.enabled(cfg.model) else None
 
 
 def head_dim(cfg) -> int:
@@ -138,7 +188,7 @@ def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
     """The one policy model on `device`. model.finetune=lora: frozen [quantized] base + trainable
     LoRA, the reference policy is the same model with adapters disabled. model.finetune=full: the
     plain causal LM with every weight trainable (no PEFT wrapper; `reference_policy` copies it)."""
-    model, tok = load_base(cfg, task, log)
+    model, tok = load_base(cfg, task, log, device)
     if cfg.model.finetune == "full":
         for p in model.parameters():
             p.requires_grad_(True)
@@ -170,4 +220,4 @@ def reference_policy(cfg, policy):
     return ref
 
 
-__all__ = ["base_dir", "head_dim", "build_policy", "has_lora", "reference_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]
+__all__ = ["base_dir", "base_label", "sft_record", "head_dim", "build_policy", "has_lora", "reference_policy", "load_base", "attach_lora", "causal_lm", "token_logprobs", "build_char_tokenizer"]

@@ -5,6 +5,7 @@ a quant format, shared prefix with gradient checkpointing) are rlx.preflight's."
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -32,28 +33,41 @@ class LoraConfig:
     )
 
 
+SFT_FINETUNE = ("lora", "full")  # model.sft.finetune: how the SFT stage trains the base
+# the SFT keys the tiny model's warm start had before the SFT stage existed: with model.sft.data null the
+# tiny cache key holds these alone, so every existing cache stays valid (rlx.models.tiny.cache_key)
+LEGACY_SFT_KEYS = ("seed", "steps", "batch_size", "lr", "warmup_steps", "demo_prefix", "demo_prefix_frac")
+
+
 @dataclass
 class SFTConfig:
-    """Warm start of the tiny model on the task's own training split (cached on disk).
+    """The SFT warm start of the base (cached on disk; docs/models.md, "SFT warm start for any model").
 
-    `seed` fixes the SFT base (its init and data order) independently of the run seed, so the
-    seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
+    model.sft.data null: the tiny model's warm start on the task's own training split (batch_size
+    sequences per step; its cache key is what it always was), and no SFT for hf / gguf models, which start
+    from their pretrained weights. model.sft.data set (`task` or a local file): the SFT stage of any model
+    (rlx.sft): chat-rendered (prompt, completion) pairs, loss on the completion tokens only, token-budget
+    batches, LoRA or full fine-tuning, a held-out SFT loss, the result cached by data + model + config;
+    RL then starts from the merged SFT weights.
+
+    `seed` fixes the SFT base (its init, data order and held-out rows) independently of the run seed,
+    so the seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
 
     seed: int = field(
         default=0,
-        metadata={"help": "seed of the SFT base (its init and data order), shared by every RL seed"},
+        metadata={"help": "seed of the SFT base (its init, data order and SFT held-out rows), shared by every RL seed"},
     )
     steps: int = field(
         default=300,
-        metadata={"help": "SFT steps on the task's own training split (0 = random init)"},
+        metadata={"help": "SFT optimizer steps (0 with model.sft.data null: the tiny model's random init)"},
     )
     batch_size: int = field(
         default=64,
-        metadata={"help": "SFT sequences per step"},
+        metadata={"help": "tiny warm start (model.sft.data null): sequences per step"},
     )
     lr: float = field(
         default=3e-3,
-        metadata={"help": "SFT AdamW learning rate"},
+        metadata={"help": "SFT AdamW learning rate (peak; linear warm-up, then cosine to 0)"},
     )
     warmup_steps: int = field(
         default=20,
@@ -67,8 +81,72 @@ class SFTConfig:
     )
     demo_prefix_frac: float = field(
         default=0.0,
-        metadata={"help": "share of SFT demonstrations that write demo_prefix (0 = clean)"},
+        metadata={"help": "share of SFT demonstrations that write demo_prefix (0 = clean; the tiny warm start only, "
+                          "not read by the SFT stage)"},
     )
+    data: Optional[str] = field(
+        default=None,
+        metadata={"help": "SFT stage data: null (tiny: the warm start on the task's split; hf / gguf: no SFT) | task "
+                          "(the task's own training split, its worked solutions as targets) | a local .jsonl / .json "
+                          "/ .parquet / .csv file or save_to_disk directory of question/answer rows or chat "
+                          "`messages` rows; the task's held-out questions are always dropped from it"},
+    )
+    question_field: str = field(
+        default="question",
+        metadata={"help": "SFT file: column of the question (a string, formatted by the prompt template)"},
+    )
+    answer_field: str = field(
+        default="answer",
+        metadata={"help": "SFT file: column of the completion to learn (the whole worked solution, e.g. GSM8K's "
+                          "'... #### 72')"},
+    )
+    messages_field: str = field(
+        default="messages",
+        metadata={"help": "SFT file: column of a chat row ([{role, content}, ...] ending with the assistant turn, "
+                          "which is the completion); used for the rows that have it"},
+    )
+    prompt_template: Optional[str] = field(
+        default=None,
+        metadata={"help": "SFT file: prompt text of a question, {question} replaced; null = task.prompt_template "
+                          "(SFT prompts read as the RL prompts)"},
+    )
+    n: int = field(
+        default=0,
+        metadata={"help": "SFT on the first n usable rows (after the task's held-out questions are dropped); 0 = all"},
+    )
+    exclude_from_rl: bool = field(
+        default=True,
+        metadata={"help": "RL skips the training problems the SFT stage used (its train and held-out rows), so RL "
+                          "learns on problems SFT never saw; with model.sft.data=task set model.sft.n"},
+    )
+    epochs: float = field(
+        default=0.0,
+        metadata={"help": "> 0: passes over the SFT training rows, replacing model.sft.steps (steps = "
+                          "ceil(epochs * batches per pass)); 0 = model.sft.steps"},
+    )
+    batch_tokens: int = field(
+        default=4096,
+        metadata={"help": "SFT stage: tokens per optimizer step, padding included (rows x longest row of the batch); "
+                          "rows of similar length are batched together"},
+    )
+    max_len: int = field(
+        default=1024,
+        metadata={"help": "SFT stage: longest prompt + completion in tokens; longer rows are dropped (counted in the log)"},
+    )
+    eval_frac: float = field(
+        default=0.05,
+        metadata={"help": "SFT stage: share of the SFT rows held out of training for the SFT held-out loss "
+                          "(sft/eval_loss, before and after), in [0, 1)"},
+    )
+    eval_every: int = field(
+        default=0,
+        metadata={"help": "SFT stage: held-out loss every N steps as well (0 = before and after only)"},
+    )
+    finetune: str = field(
+        default="full",
+        metadata={"help": "SFT stage: full (every weight) | lora (model.sft.lora, merged into the weights after SFT)"},
+    )
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -168,6 +246,54 @@ def _check_model(m: ModelConfig) -> None:
                                 (0 <= m.lora.dropout < 1, "model.lora.dropout", "must be in [0, 1)", m.lora.dropout)):
         if not ok:
             raise ValueError(f"{key} {why}; got {value!r}")
+    _check_sft(m.sft)
+
+
+def _check_sft(s: SFTConfig) -> None:
+    """The SFT keys, named in each refusal. The stage's own keys are checked only when it runs
+    (model.sft.data set), so a model that never uses them is never refused over them; the stage does
+    not read the tiny warm start's batch_size / demo_prefix / demo_prefix_frac (conf/model/tiny.yaml
+    sets them, so they are not refused either, as model.lora.* with model.finetune=full)."""
+    from pathlib import Path
+
+    if not 0.0 <= s.demo_prefix_frac <= 1.0:
+        raise ValueError(f"model.sft.demo_prefix_frac must be in [0, 1]; got {s.demo_prefix_frac!r}")
+    if s.data is None:
+        return
+    p = "model.sft"
+    for ok, key, why, value in (
+            (s.steps >= 0, "steps", "must be >= 0", s.steps),
+            (s.epochs >= 0 and math.isfinite(s.epochs), "epochs", "must be >= 0", s.epochs),
+            (s.steps > 0 or s.epochs > 0, "steps", "must be > 0 when model.sft.epochs=0 (nothing to train; or set "
+                                                   "model.sft.data=null for no SFT)", s.steps),
+            (0 < s.lr <= 1, "lr", "must be in (0, 1]", s.lr),
+            (s.warmup_steps >= 0, "warmup_steps", "must be >= 0", s.warmup_steps),
+            (s.n >= 0, "n", "must be >= 0 (0 = every usable row)", s.n),
+            (s.max_len >= 2, "max_len", "must be >= 2 (a prompt token and a completion token)", s.max_len),
+            (s.batch_tokens >= s.max_len, "batch_tokens", f"must be >= model.sft.max_len={s.max_len} (a batch holds "
+                                                          f"at least its longest row)", s.batch_tokens),
+            (0 <= s.eval_frac < 1, "eval_frac", "must be in [0, 1)", s.eval_frac),
+            (s.eval_every >= 0, "eval_every", "must be >= 0 (0 = before and after only)", s.eval_every),
+            (s.finetune in SFT_FINETUNE, "finetune", f"is not one of {list(SFT_FINETUNE)}", s.finetune),
+            (s.lora.r >= 1, "lora.r", "must be >= 1", s.lora.r),
+            (s.lora.alpha > 0, "lora.alpha", "must be > 0", s.lora.alpha),
+            (0 <= s.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", s.lora.dropout)):
+        if not ok:
+            raise ValueError(f"{p}.{key} {why}; got {value!r}")
+    for key in ("question_field", "answer_field", "messages_field"):
+        if not getattr(s, key):
+            raise ValueError(f"{p}.{key} must name a column; got {getattr(s, key)!r}")
+    if s.prompt_template is not None and "{question}" not in s.prompt_template:
+        raise ValueError(f"{p}.prompt_template must contain {{question}}; got {s.prompt_template!r}")
+    if s.data == "task" and s.n == 0 and s.exclude_from_rl:
+        raise ValueError(f"{p}.data=task with {p}.n=0 and {p}.exclude_from_rl=true leaves RL no training problem: "
+                         f"set {p}.n (SFT on the first n, RL on the rest) or {p}.exclude_from_rl=false")
+    if s.data != "task":
+        path = Path(s.data).expanduser()
+        if not s.data or not path.exists():
+            where = "" if path.is_absolute() else f" (= {path.resolve()}, relative to the working directory)"
+            raise FileNotFoundError(f"{p}.data: no file or directory at {s.data!r}{where}; use 'task' (the task's "
+                                    f"training split), a local data file, or null (no SFT stage)")
 
 
 def as_config(node) -> ModelConfig:

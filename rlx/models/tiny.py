@@ -15,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rlx.models.config import LEGACY_SFT_KEYS
 from rlx.models.forward import token_logprobs
 from rlx.models.tokenizer import build_char_tokenizer
 
@@ -48,6 +49,8 @@ def cache_key(model_cfg, task_cfg) -> str:
     m.pop("gguf_file", None)  # the gguf source's key, no part of the tiny model
     for k in ("finetune", "gradient_checkpointing"):  # how the base is trained by RL, not what it is
         m.pop(k, None)
+    if isinstance(m.get("sft"), dict):  # the SFT stage's keys (rlx.sft) are no part of the warm start's base
+        m["sft"] = {k: v for k, v in m["sft"].items() if k in LEGACY_SFT_KEYS}
     t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     t.pop("eval", None)  # the eval sets do not shape the SFT base (it trains on the training split)
     t.pop("default_rewards", None)  # the resolved `rewards` is in the key (as before default_rewards existed)
@@ -128,15 +131,18 @@ def _build_and_publish(model_cfg, task, tok, cache: Path, log) -> None:
     publish(model, tok, cache)
 
 
-def publish(model, tok, cache: Path) -> None:
-    """Atomic publish of model + tokenizer at `cache`: write into a temp dir beside the target, then
-    rename, so a killed build leaves nothing half-written. A concurrent builder (parallel sweep jobs)
-    may win the race; then its identical copy is used."""
+def publish(model, tok, cache: Path, files: dict[str, str] | None = None) -> None:
+    """Atomic publish of model + tokenizer (+ `files`: name -> text, e.g. the SFT stage's record) at
+    `cache`: write into a temp dir beside the target, then rename, so a killed build leaves nothing
+    half-written. A concurrent builder (parallel sweep jobs) may win the race; then its identical copy
+    is used."""
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text)
         os.rename(tmp, cache)
     except OSError:
         if not (cache / "config.json").is_file():

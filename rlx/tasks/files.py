@@ -243,10 +243,33 @@ def carve_holdout(path: str | None, spec, n: int, seed: int) -> tuple[list[Examp
     if not 0 < n < len(first):
         raise ValueError(f"task.holdout={n} must be in [1, {len(first) - 1}]: {p} has {len(first)} distinct "
                          f"questions and training needs at least one")
-    held = sorted(first, key=lambda t: holdout_rank(t, seed))[:n]
+    held = held_slice(first, n, seed)
     held_set = set(held)
     train = [(i, row) for i, row in enumerate(rows) if question_text(row[spec.question_field]) not in held_set]
     return _examples(p, train, spec), _examples(p, [(first[t], rows[first[t]]) for t in held], spec)
+
+
+def held_slice(texts, n: int, seed: int) -> list[str]:
+    """The `n` question texts of smallest `holdout_rank`, in rank order: task.holdout's slice."""
+    return sorted(texts, key=lambda t: holdout_rank(t, seed))[:n]
+
+
+def held_out_questions(cfg) -> set[str]:
+    """`question_text` of every question a file task holds out: the whole task.holdout slice (not only
+    its first n_eval) or every row of task.eval_path, and every row of each task.eval.<name>.path. What
+    an SFT stage must never train on (rlx.sft); read from the files, as the task reads them."""
+    texts: set[str] = set()
+    if cfg.get("holdout", 0):
+        _, rows = _checked_rows(cfg.train_path, cfg, "task.train_path")
+        texts |= set(held_slice({question_text(r[cfg.question_field]) for r in rows}, cfg.holdout, cfg.seed))
+    elif cfg.eval_path:
+        _, rows = _checked_rows(cfg.eval_path, cfg, "task.eval_path")
+        texts |= {question_text(r[cfg.question_field]) for r in rows}
+    for spec in (cfg.get("eval") or {}).values():
+        if spec.path:
+            field = spec.question_field or cfg.question_field
+            texts |= {question_text(r[field]) for r in read_rows(spec.path) if field in r}
+    return texts
 
 
 class FileTask(Task):
