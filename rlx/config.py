@@ -15,6 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from rlx.algo.config import AlgoConfig
+from rlx.envs.config import EnvConfig
 from rlx.extrapolation.config import ExtrapolationConfig
 from rlx.models.config import ModelConfig
 from rlx.noise.config import NoiseConfig
@@ -39,6 +40,7 @@ class RLXConfig:
     noise: NoiseConfig = field(default_factory=NoiseConfig)
     extrapolation: ExtrapolationConfig = field(default_factory=ExtrapolationConfig)
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

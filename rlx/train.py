@@ -42,6 +42,8 @@ from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
 from rlx.run.resume import Resumable, RunState, finished_before, restore_recorded_config
+from rlx.envs import instruction_tokens, wrap_engine
+from rlx.models import base_label, sft_record  # what step 0 evaluates: "SFT" (a warm start) or "pretrained"
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.metrics import rollout_metrics
 from rlx.rollout.schedule import build_schedule
@@ -132,9 +134,11 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
                                           else None, ref_policy=ref_policy, algo=shaping.algo))
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     # built before resume: vLLM seeds the global RNGs when it starts, resume must restore them after
+    max_len = max_sequence_len(cfg.rollout, tok, probe) + instruction_tokens(cfg.env, tok)  # + a tool's instructions
     p.engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),
-                            seed=cfg.seed, max_len=max_sequence_len(cfg.rollout, tok, probe), quant_format=cfg.quant.format,
+                            seed=cfg.seed, max_len=max_len, quant_format=cfg.quant.format,
                             own_weights=cfg.rollout.mode == "async", log_dir=Path(run_dir) / "servers")
+    p.engine = wrap_engine(cfg.env, p.engine, tok)  # env=none: the engine itself; else multi-turn episodes (rlx/envs)
     if world.distributed:  # each rank samples its share of the prompts; every rank gets the whole batch
         p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
     p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise,
@@ -292,11 +296,6 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
     return summary
 
 
-def base_label(cfg) -> str:
-    """What the step-0 evaluation evaluates: the tiny model's SFT warm start, or a pretrained model as loaded."""
-    return "SFT" if cfg.model.source == "tiny" and cfg.model.sft.steps > 0 else "pretrained"
-
-
 def _readings_text(m: dict) -> str:
     """The benchmark's readings beside the task's verdict (rlx.eval.readings): ' (strict-match 0.010, ...)'."""
     from rlx.eval.readings import READINGS
@@ -310,7 +309,7 @@ def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
     if p.state.start_step == 0:
         t0 = time.time()
         ev = p.evaluate(p.schedule, p.policy, 0)
-        logger.log({**ev, **p.compute_now(), "timing_s/eval": time.time() - t0}, step=0)
+        logger.log({**ev, **p.compute_now(), **(sft_record(p.cfg) or {}), "timing_s/eval": time.time() - t0}, step=0)
         _log(f"[eval] step 0 ({base_label(p.cfg)} base): val/acc {ev['val/acc']:.3f}{_readings_text(ev)}")
         if p.extrap is not None:
             p.extrap.observe(p.policy, 0, p.opt)

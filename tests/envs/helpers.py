@@ -1,0 +1,65 @@
+"""Test doubles for rlx.envs: a scripted engine (text in, scripted text out, on the char tokenizer) and
+environments that always answer (so that a tiny random policy has multi-turn episodes)."""
+
+from __future__ import annotations
+
+import torch
+
+from rlx.envs.base import Environment, Step
+from rlx.rollout.base import RolloutBatch
+
+
+class ScriptedEngine:
+    """engine.generate on token-id contexts: `script(context text, call index) -> completion text` (eos written
+    as '|'), each token's log-prob -0.01 * (its index + 1), version `self.version`. Records every call."""
+
+    def __init__(self, tok, script, version: int = 3):
+        self.tok, self.script, self.version = tok, script, version
+        self.calls: list[dict] = []
+
+    def metrics(self):
+        return {"engine/x": 1.0}
+
+    def generate(self, prompts, n, sampling, generator, seeds=None):
+        assert n == 1 and all(isinstance(p, list) for p in prompts)
+        self.calls.append({"prompts": [list(p) for p in prompts], "max_tokens": sampling.max_tokens, "seeds": seeds})
+        eos = self.tok.eos_token_id
+        rows, trunc = [], []
+        for p in prompts:
+            text = self.script(self.tok.decode(p), len(self.calls) - 1)
+            ids = [eos if ch == "|" else self.tok.convert_tokens_to_ids(ch) for ch in text]
+            if eos in ids:
+                ids = ids[: ids.index(eos) + 1]
+            trunc.append(eos not in ids[: sampling.max_tokens])
+            rows.append(ids[: sampling.max_tokens])
+        N, T = len(rows), max(len(r) for r in rows)
+        comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)
+        cmask = torch.zeros((N, T), dtype=torch.long)
+        for i, r in enumerate(rows):
+            comp[i, : len(r)], cmask[i, : len(r)] = torch.tensor(r), 1
+        logp = -0.01 * torch.arange(1, T + 1, dtype=torch.float32).expand(N, T) * cmask
+        tver = torch.full((N, T), self.version).masked_fill(cmask == 0, -1)
+        texts = [self.tok.decode([t for t in r if t != eos]) for r in rows]
+        P = max(len(p) for p in prompts)
+        pids = torch.tensor([[self.tok.pad_token_id] * (P - len(p)) + p for p in prompts])
+        pmask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts])
+        return RolloutBatch(pids, pmask, comp, cmask, logp, torch.tensor(trunc), torch.arange(N), texts, None,
+                            version=torch.full((N,), self.version), token_version=tver)
+
+
+class EchoEnv(Environment):
+    """Answers every policy turn with ' ok.' and never ends an episode itself (the turn budget does)."""
+
+    INSTRUCTIONS = ""
+
+    def step(self, action_ids):
+        return Step(self.fmt.reply(" ok."), info={"replies": 1})
+
+
+class RewardEnv(EchoEnv):
+    """EchoEnv with a reward of 0.5 per turn."""
+
+    def step(self, action_ids):
+        s = super().step(action_ids)
+        s.reward = 0.5
+        return s
