@@ -34,8 +34,24 @@ def check(cfg) -> DeviceSpec:
 
         resolve_gguf(cfg.model.gguf_file)
     trainer = resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    record_dtype(cfg, trainer)
     check_engine(cfg)
     return trainer
+
+
+def record_dtype(cfg, trainer: DeviceSpec) -> None:
+    """`trainer.dtype=auto` resolved in the config itself: every reader after preflight (the engines' checks,
+    the recorded config of checkpoints and summary.json, wandb) sees fp32 or bf16, and a resume compares what
+    the run computed in (rlx.run.resume.dtype_refusal)."""
+    if cfg.trainer.dtype != "auto":
+        return
+    from omegaconf import read_write
+
+    from rlx.run.logging import say
+
+    with read_write(cfg.trainer):
+        cfg.trainer.dtype = trainer.dtype_name
+    say(f"[device] trainer.dtype=auto -> {trainer.dtype_name} ({trainer.dtype_why.removeprefix('auto: ')})")
 
 
 def convert(cfg) -> dict:

@@ -14,9 +14,11 @@ LOGGER_MODES = ("offline", "online", "disabled")  # logger.mode (rlx.run.logging
 
 @dataclass
 class TrainerConfig:
-    """Where and how the trainer computes: `device` auto | cpu | cuda, `dtype` fp32 | bf16.
+    """Where and how the trainer computes: `device` auto | cpu | cuda, `dtype` auto | fp32 | bf16.
 
-    bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32).
+    bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32). auto (the
+    default) is bf16 on a GPU with bf16 and on a CPU with bf16 instructions (avx512_bf16, amx_bf16,
+    aarch64 bf16), fp32 elsewhere (rlx.run.device.auto_dtype); the run records what it resolved to.
     `threads` sets torch's intra-op threads: -1 (default) one per core that other processes leave free,
     re-measured every RL step (rlx.run.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
 
@@ -25,8 +27,9 @@ class TrainerConfig:
         metadata={"help": "auto | cpu | cuda | cuda:N"},
     )
     dtype: str = field(
-        default="fp32",
-        metadata={"help": "fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32)"},
+        default="auto",
+        metadata={"help": "auto | fp32 | bf16 (autocast forwards; LoRA and optimizer stay fp32). auto: bf16 on a GPU "
+                          "or a CPU with bf16 instructions (avx512_bf16, amx_bf16, aarch64 bf16), else fp32"},
     )
     threads: int = field(
         default=-1,

@@ -3,6 +3,13 @@
 The trainer's forward passes run under `autocast(trainer)` (a no-op in fp32, so CPU fp32 results
 are bitwise what they were before devices existed); LoRA weights and the optimizer stay fp32.
 RNG state covers every device the run uses, so a resumed CUDA run draws what it would have.
+
+`trainer.dtype=auto` (the default) picks the native dtype of the device (`auto_dtype`): bf16 on a GPU
+that has it and on a CPU with bf16 instructions (x86 avx512_bf16 / amx_bf16, aarch64 bf16), fp32
+elsewhere (where bf16 would be emulated, ~6x slower: docs/lean.md). rlx.preflight writes the resolved
+name back into `cfg.trainer.dtype`, so the recorded config (checkpoints, summary.json, wandb) says fp32 or
+bf16, never auto, and a resume on a machine where auto picks the other one is refused naming both
+(rlx.run.resume.dtype_refusal).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import numpy as np
 import torch
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPE_CHOICES = ("auto", *DTYPES)  # trainer.dtype
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,12 @@ class DeviceSpec:
     device: torch.device
     dtype: torch.dtype  # compute dtype of forward passes (autocast); parameters keep theirs
     world_size: int = 1  # data-parallel processes (torchrun), one device each
+    dtype_why: str = ""  # how `dtype` was chosen ("set", or what trainer.dtype=auto saw)
+
+    @property
+    def dtype_name(self) -> str:
+        """`dtype` as trainer.dtype spells it (fp32 | bf16)."""
+        return next(k for k, v in DTYPES.items() if v == self.dtype)
 
     @property
     def num_devices(self) -> int:
@@ -51,13 +65,15 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
         raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not one of {list(STRATEGIES)}")
     if cfg.dist_timeout_s <= 0:
         raise ValueError(f"trainer.dist_timeout_s must be > 0, got {cfg.dist_timeout_s}")
-    if cfg.dtype not in DTYPES:
-        raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {sorted(DTYPES)}")
+    if cfg.dtype not in DTYPE_CHOICES:
+        raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {list(DTYPE_CHOICES)}")
+    dtype, why = auto_dtype(dev) if cfg.dtype == "auto" else (cfg.dtype, "set")
     if dev == "cpu" and cfg.dtype == "bf16" and not cpu_bf16_flags():
         from rlx.run.logging import say
 
         say("[warn] trainer.dtype=bf16 on a CPU without bf16 instructions (avx512_bf16, amx_bf16): bf16 matmuls are emulated here, "
-            "several times slower than fp32 (`python -m rlx.bench.dtype` measures it; docs/lean.md)")
+            "several times slower than fp32 (`python -m rlx.bench.dtype` measures it; docs/lean.md); "
+            "trainer.dtype=auto would pick fp32 here")
     if cfg.threads < -1:
         raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.run.threads), 0 (torch's default) "
                          f"or N >= 1, got {cfg.threads}")
@@ -66,7 +82,24 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     from rlx.run.allocator import set_mmap_threshold
 
     set_mmap_threshold(float(cfg.get("malloc_mmap_threshold_mb", 0.0)))
-    return DeviceSpec(torch.device(dev), DTYPES[cfg.dtype], world_size)
+    return DeviceSpec(torch.device(dev), DTYPES[dtype], world_size, why)
+
+
+def auto_dtype(device) -> tuple[str, str]:
+    """(fp32 | bf16, why) that `trainer.dtype=auto` picks on `device`: bf16 on a CUDA device that supports it
+    (compute capability >= 8.0) and on a CPU with native bf16 instructions (`cpu_bf16_flags`), fp32 on any
+    other (a CPU without them, or whose flags cannot be read, emulates bf16 several times slower)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return "bf16", "auto: a GPU with bf16"
+        return "fp32", "auto: a GPU without bf16 (compute capability < 8.0)"
+    flags = cpu_bf16_flags()
+    if flags == ["unknown"]:
+        return "fp32", "auto: a CPU whose bf16 instructions cannot be read (no /proc/cpuinfo)"
+    if flags:
+        return "bf16", f"auto: a CPU with {'/'.join(flags)}"
+    return "fp32", "auto: a CPU without bf16 instructions (avx512_bf16, amx_bf16, aarch64 bf16)"
 
 
 def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:

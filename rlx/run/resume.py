@@ -1,13 +1,16 @@
 """A run's checkpoint and how the run continues from it: what `save` stores (everything the next step
 depends on: weights, optimizer, scheduler, every RNG stream, the task's position, curriculum, NExt
-records, stale-mode versions, compute so far, the config) and what `resume` restores and refuses
-(a config that differs from the recorded one, except bookkeeping keys). Files are written by
+records, stale-mode versions, compute so far, the config with the dtype `trainer.dtype=auto` resolved to,
+and the machine that chose it) and what `resume` restores and refuses (a config that differs from the
+recorded one, except bookkeeping keys; a run moved to a machine where auto picks the other dtype is
+refused naming both, `dtype_refusal`). Files are written by
 rlx.run.checkpoint (atomic, verified); under torchrun rank 0 writes and every rank resumes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +78,7 @@ class Resumable:
             self.extrap.load_state_dict(st["extrapolator"])
         if st.get("schedule"):  # stale mode: the last k + 1 policy versions (async: the queue is not kept)
             self.schedule.load_state_dict(st["schedule"])
-        refuse_changes(latest, st.get("config"), self.cfg, self.run_dir, self.world)
+        refuse_changes(latest, st.get("config"), self.cfg, self.run_dir, self.world, st.get("dtype"))
         state.start_step, state.run_id, state.compute = st["step"], st["wandb_run_id"], st["compute"]
         state.wall_offset = state.compute["gpu_hours"] * 3600.0 / self.num_devices
         _log(f"[resume] from {latest} (step {state.start_step})")
@@ -97,6 +100,7 @@ class Resumable:
                 "extrapolator": self.extrap.state_dict() if self.extrap is not None else None,
                 "compute": dict(state.compute), "schedule": self.schedule.state_dict(),
                 "config": OmegaConf.to_container(self.cfg, resolve=True),  # what resume compares against
+                "dtype": dtype_record(self.cfg),  # the dtype it computes in and the machine that chose it
             }, log=_log, weights=weights)
         self.world.barrier()
 
@@ -109,12 +113,17 @@ def restore_recorded_config(run_dir: Path, ran: dict, world: dist.World) -> None
         hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(ran)))
 
 
-def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: dist.World) -> None:
-    """A resume under settings other than the checkpoint's is refused, naming each change."""
+def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: dist.World,
+                   record: dict | None = None) -> None:
+    """A resume under settings other than the checkpoint's is refused, naming each change (a change of the
+    compute dtype with its own message: `dtype_refusal`). `record`: the checkpoint's `dtype_record`."""
     changed = config_changes(saved, cfg)
     if not changed:
         return
     restore_recorded_config(run_dir, saved, world)  # Hydra already wrote the refused settings there
+    if any(c.startswith("trainer.dtype:") for c in changed):
+        raise ValueError(dtype_refusal(f"train.resume=auto from {latest}", saved, cfg, record,
+                                       [c for c in changed if not c.startswith("trainer.dtype:")]))
     raise ValueError(f"train.resume=auto from {latest}: the config differs from the one the checkpoint was "
                      f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
                      f"config does not show: run with the original values, or start a new run "
@@ -155,7 +164,56 @@ def finished_before(cfg, run_dir: Path) -> dict | None:
         return None  # unreadable: the run goes ahead and rewrites it
     if summary.get("status") != "finished" or summary.get("steps") != cfg.train.steps or "config" not in summary:
         return None
-    return summary if not config_changes(summary["config"], cfg) else None
+    changed = config_changes(summary["config"], cfg)
+    if changed and all(c.startswith("trainer.dtype:") for c in changed):  # the same run, moved to another kind of machine
+        restore_recorded_config(run_dir, summary["config"], dist.World(rank=int(os.environ.get("RANK", "0"))))
+        raise ValueError(dtype_refusal(f"{path} (a finished run)", summary["config"], cfg, summary.get("dtype"), []))
+    return summary if not changed else None
+
+
+def dtype_record(cfg) -> dict:
+    """What a checkpoint (and summary.json) records of the compute dtype: the resolved `trainer.dtype` and the
+    machine that resolved it (device, the CPU's native bf16 instruction sets, the GPU's name)."""
+    import torch
+
+    from rlx.run.device import cpu_bf16_flags
+
+    device = str(cfg.trainer.device)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    rec = {"dtype": str(cfg.trainer.dtype), "device": device, "cpu_bf16": cpu_bf16_flags()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        rec["gpu"] = torch.cuda.get_device_name()
+    return rec
+
+
+def _machine(rec: dict | None) -> str:
+    if not rec:
+        return "a machine whose bf16 support was not recorded"
+    if str(rec.get("device", "cpu")).startswith("cuda"):
+        return f"a GPU ({rec.get('gpu', '?')})"
+    flags = list(rec.get("cpu_bf16", []))
+    if flags == ["unknown"]:
+        return "a CPU whose bf16 instructions were not read"
+    return f"a CPU with {'/'.join(flags)}" if flags else "a CPU without bf16 instructions"
+
+
+def dtype_refusal(where: str, saved: dict, cfg, record: dict | None, other: list[str]) -> str:
+    """The refusal of a run resumed (or rerun) in a dtype other than the one it computed in: names both, the
+    machines that chose them, and the two ways on (keep the run's dtype by naming it, or a new run)."""
+    from rlx.run.device import auto_dtype
+
+    old, new = str((saved.get("trainer") or {}).get("dtype")), str(cfg.trainer.dtype)
+    here = dtype_record(cfg)
+    auto_here, why_here = auto_dtype(here["device"])
+    slow = (" (emulated on this CPU: its matmuls run several times slower than fp32, docs/lean.md)"
+            if old == "bf16" and here["device"] == "cpu" and auto_here == "fp32" else "")
+    also = f" The config differs in {'; '.join(other)} as well." if other else ""
+    return (f"{where}: this run computed in trainer.dtype={old} (as recorded; on {_machine(record)}) and this "
+            f"launch would compute in trainer.dtype={new} (on this machine trainer.dtype=auto picks {auto_here}: "
+            f"{why_here.removeprefix('auto: ')}). Changing the dtype mid-run changes its numerics, so it is refused."
+            f"{also} To keep {old}, rerun with trainer.dtype={old}{slow}; to compute in {new}, start a new run "
+            f"(another hydra.run.dir).")
 
 
 def config_changes(saved: dict | None, cfg) -> list[str]:

@@ -18,7 +18,7 @@ from tests.rollout.conftest import tiny_policy
 def setup(tmp_path_factory):
     policy, tok = tiny_policy(tmp_path_factory.mktemp("policy"))
     cfg = OmegaConf.structured(RLXConfig)
-    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu")))
+    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype="fp32")))
     engine = build_engine(cfg.rollout, tok, policy, trainer)
     prompts = ["1+2=", "(3+4)*5=", "a", "hello world", "9-8="]
     batch = engine.generate(prompts, 4, SamplingParams(max_tokens=12), torch.Generator().manual_seed(0))

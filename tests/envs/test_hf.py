@@ -121,7 +121,7 @@ def test_the_update_never_trains_on_environment_tokens(served):
     b = out.batch
     cfg = OmegaConf.merge(OmegaConf.structured(RLXConfig), {"rollout": {"max_new_tokens": 30},
                                                             "algo": {"loss": "ppo_clip", "aggregation": "token"}})
-    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu")))
+    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype="fp32")))
     rewards = torch.arange(len(b), dtype=torch.float32) % 3
 
     def update(batch):

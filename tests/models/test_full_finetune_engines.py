@@ -60,7 +60,7 @@ def _greedy_is_trainer_argmax(model, b) -> None:
 def test_a_full_weight_update_reaches_the_engine_at_sync(tmp_path, engine, own, tied):
     model, tok, path = plain(tmp_path, tied)
     cfg = OmegaConf.merge(OmegaConf.structured(RolloutConfig), {"engine": engine})  # rollout.vllm.sync=auto
-    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu")))
+    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype="fp32")))
     e = build_engine(cfg, tok, model, trainer, base_dir=path, seed=0, max_len=96, own_weights=own)
     try:
         if engine == "vllm":

@@ -36,8 +36,102 @@ def test_bad_trainer_values_name_the_key(kw, key):
 
 
 def test_auto_resolves_to_what_the_machine_has():
+    from rlx.run.device import auto_dtype
+
     t = resolve(trainer_cfg(device="auto"))
-    assert t.device.type == ("cuda" if torch.cuda.is_available() else "cpu") and t.dtype == torch.float32
+    assert t.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert t.dtype_name == auto_dtype(t.device)[0] and t.dtype_why.startswith("auto: ")
+    assert resolve(trainer_cfg(device="auto", dtype="fp32")).dtype == torch.float32
+
+
+@pytest.mark.parametrize("flags, want", [([], "fp32"), (["avx512_bf16"], "bf16"), (["amx_bf16"], "bf16"),
+                                         (["avx512_bf16", "amx_bf16"], "bf16"), (["bf16"], "bf16"),
+                                         (["unknown"], "fp32")])
+def test_auto_dtype_on_a_cpu_is_bf16_only_with_bf16_instructions(monkeypatch, capsys, flags, want):
+    import rlx.run.device as device
+
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: flags)
+    spec = resolve(trainer_cfg(device="cpu"))  # the default is auto
+    assert TrainerConfig().dtype == "auto" and spec.dtype_name == want
+    assert spec.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[want]
+    assert "emulated" not in capsys.readouterr().out  # auto never picks an emulated bf16
+    for f in flags if want == "bf16" else []:
+        assert f in spec.dtype_why
+
+
+@pytest.mark.parametrize("bf16_gpu, want", [(True, "bf16"), (False, "fp32")])
+def test_auto_dtype_on_a_gpu_is_bf16_where_the_gpu_has_it(monkeypatch, bf16_gpu, want):
+    import rlx.run.device as device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16_gpu)
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: [])  # not read for a GPU
+    spec = resolve(trainer_cfg(device="auto"))
+    assert spec.device.type == "cuda" and spec.dtype_name == want
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: ["avx512_bf16"])
+    assert resolve(trainer_cfg(device="cpu")).dtype_name == "bf16"  # trainer.device=cpu on a GPU machine: the CPU's
+
+
+@pytest.mark.parametrize("flags, want", [([], "fp32"), (["avx512_bf16"], "bf16")])
+def test_preflight_writes_the_resolved_dtype_into_the_config(monkeypatch, flags, want):
+    """What every reader after preflight sees (engine checks, recorded configs): never auto. The README's
+    SmolLM2 command (experiment=smollm2_wordproblems) runs fp32 on an AVX2-only CPU."""
+    import rlx.run.device as device
+    from rlx.preflight import record_dtype
+    from tests.conftest import TINY, compose
+
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: flags)
+    for over in ([], ["experiment=smollm2_wordproblems"], ["experiment=smollm2_gsm8k"]):
+        cfg = compose(TINY + over + ["trainer.device=cpu"])
+        assert cfg.trainer.dtype == "auto"
+        spec = resolve(cfg.trainer)
+        record_dtype(cfg, spec)
+        assert cfg.trainer.dtype == want == spec.dtype_name
+    cfg = compose(TINY + ["trainer.dtype=bf16", "trainer.device=cpu"])
+    record_dtype(cfg, resolve(cfg.trainer))
+    assert cfg.trainer.dtype == "bf16"  # a dtype that is set stays set (bf16 on AVX2: warned, not changed)
+
+
+def test_a_run_moved_to_a_cpu_where_auto_picks_another_dtype_is_refused_naming_both(tmp_path, monkeypatch):
+    """trainer.dtype=auto on an avx512_bf16 CPU runs bf16 and records it; resumed on an AVX2-only CPU, where
+    auto picks fp32, the run is refused naming both dtypes and both machines; trainer.dtype=bf16 keeps it."""
+    import json
+
+    import rlx.run.device as device
+    from rlx.run.checkpoint import read_state
+
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: ["avx512_bf16"])
+    run_tiny(tmp_path, EASY + ["train.steps=2"])  # default: trainer.dtype=auto
+    state = read_state(tmp_path / "ckpt" / "step_2")
+    assert state["config"]["trainer"]["dtype"] == "bf16"
+    assert state["dtype"] == {"dtype": "bf16", "device": "cpu", "cpu_bf16": ["avx512_bf16"]}
+    assert json.loads((tmp_path / "summary.json").read_text())["config"]["trainer"]["dtype"] == "bf16"
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: [])  # the same run dir on an AVX2-only machine
+    with pytest.raises(ValueError) as e:
+        run_tiny(tmp_path, EASY + ["train.steps=3"])
+    msg = str(e.value)
+    assert "this run computed in trainer.dtype=bf16 (as recorded; on a CPU with avx512_bf16)" in msg
+    assert "this launch would compute in trainer.dtype=fp32" in msg and "auto picks fp32" in msg
+    assert "rerun with trainer.dtype=bf16 (emulated on this CPU" in msg and "start a new run" in msg
+    with pytest.raises(ValueError, match=r"trainer.dtype=bf16 .* trainer.dtype=fp32"):
+        run_tiny(tmp_path, EASY + ["train.steps=3", "trainer.dtype=fp32"])  # an explicit other dtype: the same
+    s = run_tiny(tmp_path, EASY + ["train.steps=3", "trainer.dtype=bf16"])  # keep it: resumes at step 2
+    assert s["status"] == "finished" and [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]
+
+
+def test_a_finished_run_rerun_where_auto_picks_another_dtype_is_refused(tmp_path, monkeypatch):
+    import shutil
+
+    import rlx.run.device as device
+
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: [])
+    run_tiny(tmp_path, EASY + ["train.steps=1", "train.eval_every=1"])  # auto -> fp32
+    shutil.rmtree(tmp_path / "ckpt")  # removed once the run finished: summary.json is the record
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: ["amx_bf16"])
+    with pytest.raises(ValueError, match=r"a finished run.*trainer.dtype=fp32 .*trainer.dtype=bf16.*rerun with "
+                                         r"trainer.dtype=fp32"):
+        run_tiny(tmp_path, EASY + ["train.steps=1", "train.eval_every=1"])
+    assert run_tiny(tmp_path, EASY + ["train.steps=1", "train.eval_every=1", "trainer.dtype=fp32"])["status"] == "finished"
 
 
 def test_fp32_autocast_is_a_no_op_and_bf16_computes_in_bf16():
@@ -84,3 +178,24 @@ def test_bf16_on_a_cpu_that_emulates_it_is_warned_at_resolve(monkeypatch, capsys
     spec = resolve(trainer_cfg(device="cpu", dtype=dtype))
     assert spec.dtype == (torch.bfloat16 if dtype == "bf16" else torch.float32)  # a warning, not a refusal
     assert ("bf16 matmuls are emulated" in capsys.readouterr().out) == warned
+
+
+@pytest.mark.parametrize("record, machine", [({"dtype": "bf16", "device": "cuda", "gpu": "NVIDIA H200", "cpu_bf16": []},
+                                              "a GPU (NVIDIA H200)"),
+                                             ({"dtype": "bf16", "device": "cpu", "cpu_bf16": ["unknown"]},
+                                              "a CPU whose bf16 instructions were not read"),
+                                             (None, "a machine whose bf16 support was not recorded")])
+def test_the_dtype_refusal_names_both_dtypes_and_both_machines(monkeypatch, record, machine):
+    """A GPU run's checkpoint (or one from before dtype records) resumed on an AVX2-only CPU."""
+    import rlx.run.device as device
+    from rlx.run.resume import dtype_refusal
+    from tests.conftest import TINY, compose
+
+    monkeypatch.setattr(device, "cpu_bf16_flags", lambda: [])
+    cfg = compose(TINY + ["trainer.dtype=fp32", "trainer.device=cpu"])
+    msg = dtype_refusal("here", {"trainer": {"dtype": "bf16"}}, cfg, record, ["algo.lr: 0.001 -> 0.01"])
+    assert msg.startswith(f"here: this run computed in trainer.dtype=bf16 (as recorded; on {machine}) and this launch "
+                          f"would compute in trainer.dtype=fp32 (on this machine trainer.dtype=auto picks fp32: a CPU "
+                          f"without bf16 instructions")
+    assert "The config differs in algo.lr: 0.001 -> 0.01 as well." in msg
+    assert "To keep bf16, rerun with trainer.dtype=bf16 (emulated on this CPU" in msg

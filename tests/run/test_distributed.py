@@ -18,8 +18,9 @@ import pytest
 from rlx.train import TIMING_PREFIXES
 
 # micro_batch_size 6 over 5 prompts x 8 completions: 7 micro-batches, so both ranks compute (4 + 3, one dead)
-ARGS = ["logger=disabled", "trainer.threads=1", "train.progress=false", "train.eval_every=2", "train.ckpt_every=2",
-        "algo.micro_batch_size=6", "rollout.prompts_per_step=5"]
+ARGS = ["logger=disabled", "trainer.threads=1", "trainer.dtype=fp32",  # fp32 on every CPU kind: the float noise below
+        "train.progress=false", "train.eval_every=2", "train.ckpt_every=2", "algo.micro_batch_size=6",
+        "rollout.prompts_per_step=5"]
 STEPS = 6
 # timings and quantities of float-noise size (|trainer - rollout| log-prob gaps are ~1e-7 in both runs)
 SKIP = TIMING_PREFIXES + ("rollout/logprob_diff/", "rollout_corr/", "sampling/")
