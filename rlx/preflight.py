@@ -17,6 +17,7 @@ from rlx.run import distributed as dist
 from rlx.config import unknown_keys
 from rlx.extrapolation import build_extrapolator
 from rlx.noise import build_noise
+from rlx.envs import check_env
 from rlx.rollout import check_engine
 
 
@@ -36,6 +37,7 @@ def check(cfg) -> DeviceSpec:
     trainer = resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     record_dtype(cfg, trainer)
     check_engine(cfg)
+    check_env(cfg)  # the env group against the rollout budget and mode (rlx/envs)
     return trainer
 
 

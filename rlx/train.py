@@ -42,7 +42,7 @@ from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
 from rlx.preflight import check
 from rlx.run.resume import Resumable, RunState, finished_before, restore_recorded_config
-from rlx.envs import instruction_tokens, wrap_engine
+from rlx.envs import check_env, instruction_tokens, wrap_engine
 from rlx.models import base_label, sft_record  # what step 0 evaluates: "SFT" (a warm start) or "pretrained"
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.metrics import rollout_metrics
@@ -107,6 +107,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     seed_everything(cfg.seed)
     task = build_task(cfg.task)
     check_fits(cfg, task)  # the tiny model's context holds prompt + completion (needs the task's prompts)
+    check_env(cfg, task)  # ... and an environment's instructions and episode budget
     task.set_seed(cfg.seed)
     for turn in ((0, 1) if world.distributed else (0,)):  # rank 0 builds (and caches) the SFT base first
         if (turn == 0) == world.is_main:

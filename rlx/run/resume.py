@@ -222,6 +222,10 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
         return []
     from rlx.run.records import flatten
 
+    if "env" not in saved:  # recorded before the env group existed: single-turn, i.e. env=none
+        from rlx.envs.config import EnvConfig
+
+        saved = {**saved, "env": OmegaConf.to_container(OmegaConf.structured(EnvConfig))}
     old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))
     unread = [prefix for prefix, (key, value) in UNREAD_UNLESS.items()  # e.g. an engine neither side runs
