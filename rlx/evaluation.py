@@ -142,31 +142,45 @@ def chunk_rows(rollout) -> int:
     return int(rollout.vllm.max_num_seqs if rollout.engine == "vllm" else rollout.batch_size)
 
 
-def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float) -> int:
+def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int = 0) -> int:
     """Rows of the next engine call: `cap` when fixed (rollout.eval_chunk > 0); else FIRST_CHUNK, then
-    as many as the calls so far did in CHUNK_TARGET_S, within [FIRST_CHUNK // 2, cap]. A slow model
-    (SmolLM2 on a CPU) reports every half minute; a fast one goes at the engine's full batch."""
+    as many as the calls so far did in CHUNK_TARGET_S, at least FIRST_CHUNK // 2, and never fewer than
+    `least`, the sequences the engine runs at once (a vLLM engine's KV cache: a smaller call leaves its
+    slots idle); at most `cap`. A slow model (SmolLM2 on a CPU) reports every half minute; a fast one
+    goes at the engine's full batch."""
     if fixed:
         return cap
     if rows_done == 0 or seconds <= 0:
-        return min(FIRST_CHUNK, cap)
-    return max(min(FIRST_CHUNK // 2, cap), min(cap, int(rows_done / seconds * CHUNK_TARGET_S)))
+        return min(cap, max(FIRST_CHUNK, least))
+    return min(cap, max(FIRST_CHUNK // 2, least, int(rows_done / seconds * CHUNK_TARGET_S)))
 
 
 def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
                    progress: EvalProgress, fixed: bool = True) -> list[str]:
     """n completions per prompt, prompt-major ([len(prompts) * n], as engine.generate(prompts, n) orders
     them), at most `chunk` rows per engine call (`fixed`: exactly), row i sampled from seeds[i], so
-    the split changes no sample."""
+    the split changes no sample. An engine that reports each finished row itself (`on_finished`: the vLLM
+    engines) gets every row of the pass in one call unless `fixed`: it keeps as many in flight as its KV
+    cache holds and refills each slot as a sequence ends, so no call ends on a tail of a few long sequences,
+    and progress still comes as rows finish. Others get calls sized by speed, never below `concurrency`."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
+    reports = hasattr(engine, "on_finished")
+    least = int(getattr(engine, "concurrency", 0) or 0)
     s, t0 = 0, time.monotonic()
-    while s < len(rows):
-        size = next_chunk(chunk, fixed, s, time.monotonic() - t0)
-        batch = engine.generate(rows[s: s + size], 1, sp, None, seeds=seeds[s: s + size])
-        texts += batch.texts
-        progress.update(len(batch), int(batch.completion_mask.sum()))
-        s += size
+    if reports:
+        engine.on_finished = progress.update
+    try:
+        while s < len(rows):
+            size = len(rows) - s if reports and not fixed else next_chunk(chunk, fixed, s, time.monotonic() - t0, least)
+            batch = engine.generate(rows[s: s + size], 1, sp, None, seeds=seeds[s: s + size])
+            texts += batch.texts
+            if not reports:
+                progress.update(len(batch), int(batch.completion_mask.sum()))
+            s += size
+    finally:
+        if reports:
+            engine.on_finished = None
     return texts
 
 

@@ -71,7 +71,7 @@ RANGES: list[tuple[str, Range]] = [
     ("rollout.group_size", Range(2)), ("rollout.prompts_per_step", COUNT), ("rollout.temperature", POSITIVE),
     ("rollout.top_p", Range(0, 1, lo_open=True)), ("rollout.eval_top_p", Range(0, 1, lo_open=True)),
     ("rollout.max_new_tokens", COUNT), ("rollout.eval_max_new_tokens", COUNT), ("rollout.batch_size", COUNT),
-    ("rollout.vllm.gpu_memory_utilization", Range(0, 1, lo_open=True)), ("rollout.vllm.kv_cache_gb", POSITIVE),
+    ("rollout.vllm.gpu_memory_utilization", Range(0, 1, lo_open=True)), ("rollout.vllm.kv_cache_gb", DEFAULT),
     ("rollout.vllm.max_num_seqs", COUNT), ("rollout.interrupt.answer_tokens", COUNT),
     ("algo.eps_max", POSITIVE), ("algo.adv_eps", POSITIVE), ("algo.pass_rate_threshold", Range(0, 1, lo_open=True)),
     ("algo.lr", LR), ("algo.grad_clip", POSITIVE), ("algo.mu", COUNT), ("algo.micro_batch_size", COUNT),

@@ -23,8 +23,11 @@ class VLLMConfig:
         metadata={"help": "GPU: fraction of device memory vLLM may take (weights + KV cache)"},
     )
     kv_cache_gb: float = field(
-        default=0.25,
-        metadata={"help": "CPU: explicit KV-cache size (vLLM's CPU backend has no memory profiling)"},
+        default=0.0,
+        metadata={"help": "CPU: KV-cache size in GiB; 0 = sized to the work: the batch the schedule submits x (longest "
+                          "prompt + budget) x the model's KV bytes per token, capped by free memory "
+                          "(rlx.rollout.kv_sizing, docs/engine.md); a number wins (vLLM's CPU backend has no memory "
+                          "profiling)"},
     )
     max_model_len: int = field(
         default=0,
@@ -40,7 +43,17 @@ class VLLMConfig:
     )
     max_num_seqs: int = field(
         default=256,
-        metadata={"help": "sequences vLLM schedules at once"},
+        metadata={"help": "sequences vLLM schedules at once (on CPU also as many as the KV cache holds)"},
+    )
+    max_num_batched_tokens: int = field(
+        default=0,
+        metadata={"help": "CPU: tokens vLLM schedules in one step (prefill + decode); 0 = vLLM's default (4096 "
+                          "colocated, 2048 on a server, at least max_model_len without chunked prefill)"},
+    )
+    prefix_caching: bool = field(
+        default=True,
+        metadata={"help": "CPU, colocated: reuse the KV blocks of a shared prompt prefix (each group's prompt is "
+                          "prefilled once; the cache is dropped at every weight sync)"},
     )
     sync: str = field(
         default="auto",

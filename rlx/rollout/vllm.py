@@ -42,6 +42,7 @@ from rlx.models.forward import causal_lm
 from rlx.run.logging import say
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
+from rlx.rollout.kv_sizing import DTYPE_BYTES, check_explicit, plan_for_engine
 
 ENGINE_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 # CPU: every prefill in one step. vLLM samples a token for every scheduled request and, for a request
@@ -101,6 +102,16 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
                          "updates, so vLLM cannot sleep then; use one or the other")
     if cfg.vllm.sync not in ("auto", "merged", "adapter"):
         raise ValueError(f"rollout.vllm.sync: '{cfg.vllm.sync}' is not auto, merged or adapter")
+
+
+def cpu_settings(vllm_cfg) -> dict:
+    """vLLM's scheduler settings on the CPU (docs/engine.md, "CPU settings", each measured there):
+    rollout.vllm.max_num_batched_tokens (0: vLLM's default) and prefix caching (each group's shared
+    prompt prefilled once; blocks are dropped at every weight sync)."""
+    out = {"enable_prefix_caching": bool(vllm_cfg.prefix_caching)}
+    if int(vllm_cfg.max_num_batched_tokens) > 0:
+        out["max_num_batched_tokens"] = int(vllm_cfg.max_num_batched_tokens)
+    return out
 
 
 def check_whole_prefills(sched) -> None:
@@ -196,11 +207,17 @@ def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) ->
 
 
 class VLLMEngine(RolloutEngine):
+    # optional callable(rows, tokens) run as each request finishes inside a generate call (evaluation's
+    # progress: one call can then hold every row and still report as it goes)
+    on_finished = None
+
     @classmethod
     def check_config(cls, cfg) -> None:
         from rlx.models import head_dim
 
         check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
+        if _on_cpu(_import_vllm()):  # an explicit rollout.vllm.kv_cache_gb that holds no sequence: refused now
+            check_explicit(cfg)
 
     def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
                  seed: int = 0, max_len: int | None = None, quant_format: str = "none", own_weights: bool = True,
@@ -235,9 +252,21 @@ class VLLMEngine(RolloutEngine):
         if self.mode == "adapter":
             self.lora_r = max(int(m.r[k]) for m in _lora_layers(policy) for k in m.r)
             kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(self.lora_r), max_loras=1)
+        self.concurrency = int(cfg.vllm.max_num_seqs)  # sequences vLLM runs at once (evaluation's least call)
+        self.kv_plan = None
         if self.on_cpu:
-            kwargs["kv_cache_memory_bytes"] = int(cfg.vllm.kv_cache_gb * (1 << 30))
+            # sized to the work: batch x (longest prompt + budget) x KV bytes/token, capped by free memory
+            # (rlx.rollout.kv_sizing; an explicit rollout.vllm.kv_cache_gb wins); refused if it holds no sequence
+            self.kv_plan = plan_for_engine(cfg, base_dir, DTYPE_BYTES[ENGINE_DTYPES[self.dtype]], max_len,
+                                           max_model_len, tokenizer)
+            say(f"[vllm] {self.kv_plan.describe()}")
+            self.concurrency = max(1, self.kv_plan.concurrency)
+            kwargs["kv_cache_memory_bytes"] = self.kv_plan.bytes
+            # no more in flight than the cache holds at full length, so vLLM does not preempt while every prompt is
+            # within the planned length (a preempted request is recomputed: its tokens would depend on the memory)
+            kwargs["max_num_seqs"] = self.concurrency
             kwargs.update(WHOLE_PREFILLS)
+            kwargs.update(cpu_settings(cfg.vllm))
         else:
             kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
             kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
@@ -358,6 +387,8 @@ class VLLMEngine(RolloutEngine):
             for o in engine.step():
                 if o.finished:
                     done[o.request_id] = o
+                    if self.on_finished is not None:  # evaluation's progress, one sequence at a time
+                        self.on_finished(1, len(o.outputs[0].token_ids))
         if len(done) != len(requests):
             raise RuntimeError(f"vLLM finished {len(done)} of {len(requests)} requests")
         return [done[k] for k in sorted(done, key=int)]  # vLLM numbers requests in submission order (as LLM.generate sorts)

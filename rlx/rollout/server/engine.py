@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,8 +30,10 @@ from pathlib import Path
 import torch
 
 from rlx.models.forward import token_logprobs
+from rlx.run.logging import say
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
+from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
 from rlx.rollout.server.placement import check_machine, tensor_parallel
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
 from rlx.rollout.vllm import _vllm_rank, engine_max_model_len, full_state_dict, merged_state_dict, sync_mode
@@ -42,6 +45,8 @@ CANARY_TEXT = "12+30=42"  # the probe: short, so that it fits the smallest conte
 
 
 class VLLMServerEngine(RolloutEngine):
+    on_finished = None  # optional callable(rows, tokens) as each request returns (evaluation's progress)
+
     @classmethod
     def check_config(cls, cfg) -> None:
         """What the server engine does not do (yet): refused by name before any model is built."""
@@ -58,8 +63,11 @@ class VLLMServerEngine(RolloutEngine):
             from rlx.models import head_dim
             from rlx.rollout.vllm import check_engine_config
 
+            from rlx.rollout.kv_sizing import check_explicit
+
             try:
                 check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
+                check_explicit(cfg)  # an explicit rollout.vllm.kv_cache_gb that holds no sequence
             except ValueError as e:
                 raise ValueError(str(e).replace("rollout=vllm:", "rollout=vllm_server (local servers):", 1)) from None
 
@@ -79,6 +87,9 @@ class VLLMServerEngine(RolloutEngine):
         lora = hasattr(policy, "peft_config")
         # LoRA goes as an adapter unless merged is asked for; full fine-tuning reloads every weight
         self.mode = sync_mode("adapter" if cfg.vllm.sync == "auto" and lora else cfg.vllm.sync, "none", lora=lora)
+        self.kv_plan = None
+        self.concurrency = int(cfg.vllm.max_num_seqs) * max(1, len(sc.urls) or int(sc.num))  # at once, all servers
+        self._progress_lock = threading.Lock()
         if sc.urls:
             self.pool = ServerPool.remote(list(sc.urls), sc.startup_timeout_s, sc.request_timeout_s)
         else:
@@ -86,10 +97,16 @@ class VLLMServerEngine(RolloutEngine):
                                                                      for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
+            # each local server's KV cache by the colocated engine's rule, the batch and the free memory
+            # shared among the servers (rlx.rollout.kv_sizing); an explicit rollout.vllm.kv_cache_gb is per server
+            self.kv_plan = plan_for_engine(cfg, base_dir, DTYPE_BYTES[dtype], max_len, max_model_len, tokenizer,
+                                           shares=int(sc.num))
+            say(f"[vllm_server] each of {int(sc.num)} server(s): {self.kv_plan.describe()}")
+            self.concurrency = int(sc.num) * max(1, self.kv_plan.concurrency)
             command = lambda port, key, entry: server_command(  # noqa: E731
                 str(base_dir), port, key, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
-                seed=seed, max_num_seqs=int(cfg.vllm.max_num_seqs), kv_cache_gb=float(cfg.vllm.kv_cache_gb),
-                tensor_parallel=tensor_parallel(entry))
+                seed=seed, max_num_seqs=max(1, self.kv_plan.concurrency), kv_cache_bytes=self.kv_plan.bytes,
+                tensor_parallel=tensor_parallel(entry), max_num_batched_tokens=int(cfg.vllm.max_num_batched_tokens))
             logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each
             self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads, self.mode != "adapter"),
                                          sc.startup_timeout_s, sc.request_timeout_s, list(sc.placement))
@@ -223,7 +240,8 @@ class VLLMServerEngine(RolloutEngine):
                                "top_k": sampling.top_k or -1, "stop_token_ids": stop, "logprobs": 0,
                                "return_token_ids": True, "skip_special_tokens": False,
                                **({"seed": seeds[i * n + j]} if sampling.temperature > 0 else {})})
-        with ThreadPoolExecutor(max_workers=max(1, min(len(bodies), 64 * len(self.pool.servers)))) as ex:
+        # as many requests in flight as the servers' KV caches hold (more would only queue, or preempt)
+        with ThreadPoolExecutor(max_workers=max(1, min(len(bodies), self.concurrency))) as ex:
             outs = list(ex.map(self._complete, bodies))
         return self._batch(ids, mask, outs, n, set(stop))
 
@@ -233,7 +251,11 @@ class VLLMServerEngine(RolloutEngine):
         while True:
             server = self.pool.acquire()
             try:
-                return server.request("/v1/completions", body)["choices"][0]
+                out = server.request("/v1/completions", body)["choices"][0]
+                if self.on_finished is not None:  # requests return on several threads
+                    with self._progress_lock:
+                        self.on_finished(1, len(out["token_ids"]))
+                return out
             except ServerError as e:
                 if not e.unreachable:
                     raise
