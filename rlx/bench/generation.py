@@ -254,6 +254,8 @@ def main(argv=None) -> dict:
                     help="arms, comma-separated: hf | vllm | vllm_server, each optionally @key=value+key=value")
     ap.add_argument("--batches", default="1,16,64,200", help="rows per generate call")
     ap.add_argument("--budgets", default="160,512", help="max new tokens")
+    ap.add_argument("--hf-batches", default=None, help="the hf arms' batches (default: --batches); the hf engine at "
+                    "batch 200 x 512 takes ~30x the CPU time of vLLM")
     ap.add_argument("--threads", type=int, default=2, help="trainer.threads (hf, colocated vLLM) and server threads")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--samples", type=int, default=1, help="completions per prompt (a batch of B rows is B / samples "
@@ -266,6 +268,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     a.batches = [int(x) for x in a.batches.split(",")]
     a.budgets = [int(x) for x in a.budgets.split(",")]
+    hf_batches = set(int(x) for x in a.hf_batches.split(",")) if a.hf_batches else set(a.batches)
     arms = [s for s in a.engines.split(",") if s]
     for s in arms:
         parse_arm(s)
@@ -291,6 +294,8 @@ def main(argv=None) -> dict:
                 for rep in range(a.repeats):
                     order = arms[rep % len(arms):] + arms[: rep % len(arms)]
                     for spec in order:
+                        if parse_arm(spec)[0] == "hf" and batch not in hf_batches:
+                            continue
                         load = os.getloadavg()[0]
                         m = timed(engines[spec], ps, a.samples, sp)
                         pt, ct = m.pop("prompt_tokens"), m.pop("completion_tokens")
@@ -302,9 +307,13 @@ def main(argv=None) -> dict:
                         rows.append(row)
                         print(f"[bench] {spec} budget {budget} batch {m['rows']}: {m['tokens']} tokens, "
                               f"{m['wall_s']:.1f} s ({m['cpu_s']:.1f} CPU-s), {m['tok_s']:.1f} tok/s, "
-                              f"{m['tok_cpu_s']:.1f} tok/CPU-s; bound {b['bound_tok_s']:.0f} tok/s ({b['bound']}), "
+                              f"{m['tok_cpu_s']:.1f} tok/CPU-s; bound {b['bound_tok_s']:.0f} tok/s ({b['bound']}; memory "
+                              f"{b['mem_bound_tok_s']:.0f}, FLOPs {b['flop_bound_tok_s']:.0f}), "
                               f"{bc['bound_tok_s']:.0f} tok/CPU-s; frac {row['frac']:.2f} (wall), "
                               f"{row['frac_cpu']:.2f} (CPU); load {load:.1f}; texts {m['texts_sha1']}", flush=True)
+                        if a.out:  # after every row: a run stopped half-way keeps what it measured
+                            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+                            Path(a.out).write_text(json.dumps({"before": before, "rows": rows}, indent=2))
         after = {**gemm_flops(dt), **copy_bandwidth()}
     finally:
         for e in engines.values():
