@@ -449,6 +449,10 @@ def run(argv: list[str]) -> dict:
     ap.add_argument("--reuse", action="store_true", help="keep a step's output that is already there (rlx/, "
                     "merged/, lm_eval/) instead of running it again")
     args = ap.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("lm_eval") is None:
+        raise ValueError("lm_eval is not installed: pip install 'lm_eval[hf]' (the cross-check ran with 0.4.13)")
     path, overrides = split_args(args.args)
     src = resolve(path)
     cfg = load_config(src, overrides)
@@ -483,7 +487,7 @@ def run(argv: list[str]) -> dict:
         model_dir = base_dir(cfg)
     procs, names, t0 = [], [], {}
     rlx_cmd = [py, "-m", "rlx.eval", *args.args, f"rollout.eval_chunk={args.batch_size}", "--out", str(out / "rlx")]
-    lm_cmd = ["lm-eval", "run", "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32", "--device",
+    lm_cmd = [py, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32", "--device",
               "cpu", "--include_path", str(out / "task"), "--tasks", TASK_NAME, *(["--apply_chat_template"] if meta["chat"]
                                                                                     else []),
               "--log_samples", "--output_path", str(out / "lm_eval"), "--batch_size", str(args.batch_size)]

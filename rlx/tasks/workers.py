@@ -102,7 +102,7 @@ class _Batch:
 @contextlib.contextmanager
 def _main_not_reimported():
     """A spawn child re-imports its parent's __main__ (as __mp_main__) before anything else, so a user's
-    script without an `if __name__ == "__main__":` guard would run again in every worker, start workers of
+    script without a main guard (`if __name__ ...`) would run again in every worker, start workers of
     its own, and die ("3 workers in a row died while starting"). The workers' targets live in rlx's own
     modules and a reward function in __main__ is refused (rlx.tasks.user_rewards.load_reward), so the child
     needs nothing of __main__: while it starts, __main__ is an empty module that names no file."""

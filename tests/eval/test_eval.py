@@ -245,9 +245,9 @@ def test_on_n_ranks_evaluation_calls_the_engine_with_the_same_sizes(monkeypatch)
     clock = iter(range(0, 10_000, 100))  # every engine call seems to take 100 s: by speed, chunks shrink
     monkeypatch.setattr(E.time, "monotonic", lambda: float(next(clock)))
     rollout = OmegaConf.structured(RolloutConfig(engine="hf", batch_size=64, eval_k=0))
-    task = SimpleNamespace(eval_sets={"default": [SimpleNamespace(prompt=f"q{i}") for i in range(150)]},
+    task = SimpleNamespace(eval_sets={"default": [SimpleNamespace(prompt=f"q{i}", answer="1") for i in range(150)]},
                            score=lambda ex, texts: {"x": [1.0] * len(texts)}, passed=lambda d: [True] * len(d["x"]),
-                           total_reward=lambda d: d["x"])
+                           total_reward=lambda d: d["x"], cfg={})  # cfg: no task.readings (read by the golds)
     E.run_eval(Engine(), task, rollout, torch.Generator().manual_seed(0), show=False, bar=False)
     assert calls[0] == E.FIRST_CHUNK and calls[1] < 64  # one process: sized by its (slow) clock
     calls.clear()

@@ -101,14 +101,14 @@ def test_a_run_moved_to_a_cpu_where_auto_picks_another_dtype_is_refused_naming_b
     from rlx.run.checkpoint import read_state
 
     monkeypatch.setattr(device, "cpu_bf16_flags", lambda: ["avx512_bf16"])
-    run_tiny(tmp_path, EASY + ["train.steps=2"])  # default: trainer.dtype=auto
+    run_tiny(tmp_path, EASY + ["train.steps=2", "trainer.dtype=auto"])  # auto over the tiny model's fp32 pin
     state = read_state(tmp_path / "ckpt" / "step_2")
     assert state["config"]["trainer"]["dtype"] == "bf16"
     assert state["dtype"] == {"dtype": "bf16", "device": "cpu", "cpu_bf16": ["avx512_bf16"]}
     assert json.loads((tmp_path / "summary.json").read_text())["config"]["trainer"]["dtype"] == "bf16"
     monkeypatch.setattr(device, "cpu_bf16_flags", lambda: [])  # the same run dir on an AVX2-only machine
     with pytest.raises(ValueError) as e:
-        run_tiny(tmp_path, EASY + ["train.steps=3"])
+        run_tiny(tmp_path, EASY + ["train.steps=3", "trainer.dtype=auto"])
     msg = str(e.value)
     assert "this run computed in trainer.dtype=bf16 (as recorded; on a CPU with avx512_bf16)" in msg
     assert "this launch would compute in trainer.dtype=fp32" in msg and "auto picks fp32" in msg
@@ -125,12 +125,13 @@ def test_a_finished_run_rerun_where_auto_picks_another_dtype_is_refused(tmp_path
     import rlx.run.device as device
 
     monkeypatch.setattr(device, "cpu_bf16_flags", lambda: [])
-    run_tiny(tmp_path, EASY + ["train.steps=1", "train.eval_every=1"])  # auto -> fp32
+    auto = EASY + ["train.steps=1", "train.eval_every=1", "trainer.dtype=auto"]
+    run_tiny(tmp_path, auto)  # auto -> fp32
     shutil.rmtree(tmp_path / "ckpt")  # removed once the run finished: summary.json is the record
     monkeypatch.setattr(device, "cpu_bf16_flags", lambda: ["amx_bf16"])
     with pytest.raises(ValueError, match=r"a finished run.*trainer.dtype=fp32 .*trainer.dtype=bf16.*rerun with "
                                          r"trainer.dtype=fp32"):
-        run_tiny(tmp_path, EASY + ["train.steps=1", "train.eval_every=1"])
+        run_tiny(tmp_path, auto)
     assert run_tiny(tmp_path, EASY + ["train.steps=1", "train.eval_every=1", "trainer.dtype=fp32"])["status"] == "finished"
 
 

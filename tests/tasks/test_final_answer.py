@@ -31,20 +31,21 @@ def _scores(t, completions):
 
 
 @pytest.mark.skipif(not GSM8K.is_file(), reason=f"needs the real GSM8K training split at {GSM8K}")
-def test_every_real_gsm8k_gold_solution_scores_one(tmp_path):
+@pytest.mark.parametrize("reward", ["stated_answer", "math_verify"])  # gsm8k's default, and the old rule
+def test_every_real_gsm8k_gold_solution_scores_one(tmp_path, reward):
     from tests.conftest import compose
 
-    cfg = compose(["task=gsm8k", f"task.train_path={GSM8K}", f"task.eval_path={GSM8K}"])
+    cfg = compose(["task=gsm8k", f"task.train_path={GSM8K}", f"task.eval_path={GSM8K}", f"task.rewards={{{reward}: 1.0}}"])
     t = build_task(cfg.task)
     assert len(t.train) == sum(1 for ln in GSM8K.read_text().splitlines() if ln.strip()) > 7000
-    per = t.score(t.train, [e.solution for e in t.train])["math_verify"]
+    per = t.score(t.train, [e.solution for e in t.train])[reward]
     assert [e.key for e, s in zip(t.train, per) if s != 1.0] == []
     # and through math-verify itself (not the exact-string shortcut): 200 solutions, their answers rewritten
     # as the decimal a policy may write ("72" -> "72.0"; "0.5" -> "0.50")
     sample = random.Random(0).sample(t.train, 200)
     rewritten = [e.solution.rsplit("####", 1)[0] + "#### " + (e.answer.replace(",", "") + (".0" if "." not in e.answer
                  else "0")) for e in sample]
-    per = t.score(sample, rewritten)["math_verify"]
+    per = t.score(sample, rewritten)[reward]
     assert [(e.answer, c[-20:]) for e, c, s in zip(sample, rewritten, per) if s != 1.0] == []
 
 
