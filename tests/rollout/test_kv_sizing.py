@@ -115,11 +115,11 @@ def test_plan_for_engine_reads_the_model_config(tmp_path):
 def test_a_server_gets_the_planned_bytes_on_its_command_line():
     from rlx.rollout.server.pool import server_command
 
-    cmd = server_command("/m", 8000, "k", lora_rank=None, max_model_len=812, dtype="float32", seed=0,
+    cmd = server_command("/m", 8000, lora_rank=None, max_model_len=812, dtype="float32", seed=0,
                          max_num_seqs=200, kv_cache_bytes=7_077_888_000, max_num_batched_tokens=8192)
     assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == "7077888000"
     assert cmd[cmd.index("--max-num-batched-tokens") + 1] == "8192"
-    old = server_command("/m", 8000, "k", lora_rank=None, max_model_len=64, dtype="float32", seed=0,
+    old = server_command("/m", 8000, lora_rank=None, max_model_len=64, dtype="float32", seed=0,
                          max_num_seqs=4, kv_cache_gb=0.25)  # an explicit GiB figure, as before
     assert old[old.index("--kv-cache-memory-bytes") + 1] == str(GiB // 4) and "--max-num-batched-tokens" not in old
 

@@ -4,6 +4,7 @@ in the conformance suite (tests/rollout/test_conformance.py, variant vllm-server
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -30,18 +31,41 @@ def test_requests_go_to_the_least_loaded_server():
     assert [s.in_flight for s in pool.servers] == [1, 1, 1]
 
 
-def test_a_key_with_a_leading_dash_reaches_the_server_as_the_key():
-    """secrets.token_urlsafe draws a leading '-' about once in 64 runs: as a separate argument, vLLM's
-    parser took it for an option and the server exited ('--api-key: expected at least one argument')."""
-    import argparse
+def _cmdlines_holding(secret: str) -> list[str]:
+    """Every process on the host whose command line holds `secret` (what `ps` shows any user)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if d.name.isdigit() and secret in cmd:
+            found.append(f"{d.name}: {cmd[:200]}")
+    return found
 
-    from rlx.rollout.server.pool import server_command
 
-    cmd = server_command("/m", 8000, "-Xy_z", lora_rank=None, max_model_len=64, dtype="float32", seed=0,
-                         max_num_seqs=4, kv_cache_gb=0.1)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--api-key", nargs="+")  # as vLLM declares it
-    assert parser.parse_known_args(cmd[3:])[0].api_key == ["-Xy_z"]
+def test_a_local_servers_key_goes_in_its_environment_never_on_a_command_line(tmp_path):
+    """Any user of the host reads a command line through ps or /proc/PID/cmdline: the key is in the server's
+    environment (vLLM reads VLLM_API_KEY), which only its owner can read."""
+    from rlx.rollout.server.pool import SERVER_KEY_ENV, server_command
+
+    cmd = server_command("/m", 8000, lora_rank=None, max_model_len=64, dtype="float32", seed=0, max_num_seqs=4,
+                         kv_cache_gb=0.1)
+    assert not [a for a in cmd if "api-key" in a or "api_key" in a]
+    key = "k-" + os.urandom(8).hex()
+    digest = hashlib.sha256(key.encode()).hexdigest()  # the stand-in's own command line must not hold the key
+    stand_in = [sys.executable, "-c", f"import hashlib, os, time; k = os.environ[{SERVER_KEY_ENV!r}].encode(); "
+                f"assert hashlib.sha256(k).hexdigest() == {digest!r}; print('key read', flush=True); time.sleep(60)"]
+    s = start_local(stand_in, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", key, 1.0)
+    try:
+        for _ in range(100):
+            if "key read" in (tmp_path / "server_0.log").read_text():
+                break
+            time.sleep(0.1)
+        assert "key read" in (tmp_path / "server_0.log").read_text()
+        assert _cmdlines_holding(key) == []
+    finally:
+        stop(s)
 
 
 def test_a_server_that_dies_before_it_is_healthy_fails_with_its_log(tmp_path):
@@ -89,7 +113,7 @@ def test_placement_entries_become_cores_gpus_and_tensor_parallel():
     # ids are this process's device indices: under its own CUDA_VISIBLE_DEVICES they map through it
     assert server_env("cuda:0,2", {"CUDA_VISIBLE_DEVICES": "4,5,6"})["CUDA_VISIBLE_DEVICES"] == "4,6"
     assert [tensor_parallel(e) for e in (None, "cpu:0-3", "cuda:0", "cuda:2,3")] == [1, 1, 1, 2]
-    cmd = lambda tp: server_command("/m", 8000, "k", lora_rank=None, max_model_len=64, dtype="float32",  # noqa: E731
+    cmd = lambda tp: server_command("/m", 8000, lora_rank=None, max_model_len=64, dtype="float32",  # noqa: E731
                                     seed=0, max_num_seqs=4, kv_cache_gb=0.1, tensor_parallel=tp)
     assert "--tensor-parallel-size" not in cmd(1) and cmd(2)[cmd(2).index("--tensor-parallel-size") + 1] == "2"
 
@@ -508,6 +532,7 @@ def test_a_local_server_listens_on_loopback_only_on_its_cores_and_refuses_reques
         with pytest.raises(ServerError, match="HTTP 401"):  # nor may it load an adapter
             Server(server.url, key, 30.0).request("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/tmp"})
     assert server.request("/v1/completions", body)["choices"]  # the run's key is accepted
+    assert _cmdlines_holding(server.key) == []  # it reached vLLM through VLLM_API_KEY, not a command line
 
 
 def _closed_port() -> int:

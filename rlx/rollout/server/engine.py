@@ -103,8 +103,8 @@ class VLLMServerEngine(RolloutEngine):
                                            shares=int(sc.num))
             say(f"[vllm_server] each of {int(sc.num)} server(s): {self.kv_plan.describe()}")
             self.concurrency = int(sc.num) * max(1, self.kv_plan.concurrency)
-            command = lambda port, key, entry: server_command(  # noqa: E731
-                str(base_dir), port, key, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
+            command = lambda port, entry: server_command(  # noqa: E731
+                str(base_dir), port, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
                 seed=seed, max_num_seqs=max(1, self.kv_plan.concurrency), kv_cache_bytes=self.kv_plan.bytes,
                 tensor_parallel=tensor_parallel(entry), max_num_batched_tokens=int(cfg.vllm.max_num_batched_tokens))
             logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each

@@ -1,7 +1,9 @@
 """vLLM OpenAI-compatible servers for `rollout=vllm_server`: local ones rlx starts, or running ones it
 is given, behind one pool that routes each request to the least-loaded server.
 
-Local servers bind the loopback address, require an API key generated for the run, write their
+Local servers bind the loopback address, require an API key generated for the run (handed to the server
+in its environment as vLLM's `VLLM_API_KEY`, never on its command line, which any user of the host can
+read through `ps` or /proc/PID/cmdline), write their
 output to a log file of their own, and run in a process group of their own, which `close` (or the
 interpreter's exit) kills, so no server outlives its run. A server that does not become healthy
 in time fails the run with the tail of its log. Remote servers (`rollout.server.urls`) are used
@@ -30,6 +32,7 @@ from rlx.rollout.server.placement import CPUS_ENV, server_env
 from rlx.run.logging import say
 
 KEY_ENV = "RLX_VLLM_API_KEY"  # the key of remote servers (rollout.server.urls)
+SERVER_KEY_ENV = "VLLM_API_KEY"  # where a local server reads its key (vllm/envs.py); never argv
 
 
 class ServerError(RuntimeError):
@@ -92,7 +95,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(model_dir: str, port: int, key: str, *, lora_rank: int | None, max_model_len: int, dtype: str,
+def server_command(model_dir: str, port: int, *, lora_rank: int | None, max_model_len: int, dtype: str,
                    seed: int, max_num_seqs: int, kv_cache_gb: float = 0.0, tensor_parallel: int = 1,
                    kv_cache_bytes: int = 0, max_num_batched_tokens: int = 0) -> list[str]:
     """The command line of one local server (vLLM's `vllm` console script fails on the CPU build: its
@@ -100,15 +103,14 @@ def server_command(model_dir: str, port: int, key: str, *, lora_rank: int | None
     whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
     blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights).
     `tensor_parallel` > 1: one server over that many GPUs. The KV cache: `kv_cache_bytes` (the engine's
-    plan, rlx.rollout.kv_sizing), else `kv_cache_gb` GiB; `max_num_batched_tokens` > 0: vLLM's step budget."""
+    plan, rlx.rollout.kv_sizing), else `kv_cache_gb` GiB; `max_num_batched_tokens` > 0: vLLM's step budget.
+    No key: the server reads it from its environment (start_local)."""
     kv_bytes = int(kv_cache_bytes) or int(kv_cache_gb * (1 << 30))
     step = [] if not max_num_batched_tokens else ["--max-num-batched-tokens", str(int(max_num_batched_tokens))]
     lora = [] if lora_rank is None else ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
     tp = [] if tensor_parallel == 1 else ["--tensor-parallel-size", str(tensor_parallel)]
-    # --api-key=KEY as one token: a key drawn with a leading "-" would otherwise read as an option
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), f"--api-key={key}",
-            *lora, *tp, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
+            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), *lora, *tp, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
             "--max-num-seqs", str(max_num_seqs), *step,
             "--kv-cache-memory-bytes", str(kv_bytes), "--logprobs-mode", "processed_logprobs",
             "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", "--enforce-eager",
@@ -141,7 +143,9 @@ def _spawn(command: list[str], log: Path, env: dict) -> subprocess.Popen:
 
 
 def start_local(command: list[str], log: Path, env: dict, url: str, key: str, timeout_s: float) -> Server:
-    """Start one server under its watchdog in a process group of their own, output to `log`."""
+    """Start one server under its watchdog in a process group of their own, output to `log`; its key in
+    its environment (a restart reuses that environment, so the key survives it)."""
+    env = {**env, SERVER_KEY_ENV: key}
     return Server(url, key, timeout_s, proc=_spawn(command, log, env), log=log, command=command, env=env)
 
 
@@ -195,14 +199,14 @@ class ServerPool:
     @classmethod
     def local(cls, n: int, command_for, log_dir: Path, env: dict, timeout_s: float,
               request_timeout_s: float, placement: list[str] | None = None) -> "ServerPool":
-        """Start `n` local servers (`command_for(port, key, entry)` gives each one's command, `entry` its
+        """Start `n` local servers (`command_for(port, entry)` gives each one's command, `entry` its
         `placement` entry or None) and wait for them."""
         key = secrets.token_urlsafe(24)  # per run: only this process can load adapters or sample
         log_dir.mkdir(parents=True, exist_ok=True)
         servers = []
         for i in range(n):
             port, entry = free_port(), placement[i] if placement else None
-            servers.append(start_local(command_for(port, key, entry), log_dir / f"server_{i}.log",
+            servers.append(start_local(command_for(port, entry), log_dir / f"server_{i}.log",
                                        server_env(entry, env), f"http://127.0.0.1:{port}", key, request_timeout_s))
         pool = cls(servers, timeout_s)
         try:
