@@ -5,8 +5,9 @@
 Each turn is one `engine.generate(contexts, 1, ...)` call over the episodes still running, every context
 given as token ids (prompt + every turn so far), so the engine continues exactly the tokens it sampled
 and the environment wrote: nothing is decoded and encoded again. The policy's tokens of a turn are kept
-as sampled, up to the first stop string (a tool call's closing tag; the tokens sampled past it are
-dropped, which leaves the kept ones' behaviour log-probs exact) and up to the episode's budget.
+as sampled, up to the first stop string (a tool call's closing tag, which the engine is given as
+SamplingParams.stop so that it ends the turn there; tokens an engine sampled past it are dropped, which
+leaves the kept ones' behaviour log-probs exact) and up to the episode's budget.
 
 The batch (rlx.rollout.base.RolloutBatch, rows prompt-major like engine.generate):
   prompt_ids / prompt_mask   [N, P]  the prompt each episode started from (env.reset's)
@@ -109,6 +110,9 @@ def run_episodes(engine, make_env, prompts: list, n: int, sampling: SamplingPara
         raise ValueError(f"run_episodes: {len(seeds)} seeds for {N} episodes")
     envs = [make_env() for _ in range(N)]
     stops = tuple(envs[0].stop_strings) if envs else ()
+    # the engine ends a turn at a stop string (SamplingParams.stop) instead of decoding on to its budget;
+    # the cut below stays as the check (an engine that stops later, or not at all, is cut there too)
+    turn_sampling = sampling.but(stop=tuple(dict.fromkeys((*sampling.stop, *stops))))
     stop_ids = {tok.eos_token_id, *sampling.stop_token_ids}
     ids = _prompt_ids(tok, prompts)
     episodes = [Episode(envs[r].reset(list(ids[r // n]), examples[r // n] if examples else None)) for r in range(N)]
@@ -118,7 +122,7 @@ def run_episodes(engine, make_env, prompts: list, n: int, sampling: SamplingPara
         if not active:
             break
         limit = {r: min(total - episodes[r].length, budget.turn_tokens or total) for r in active}
-        out = engine.generate([episodes[r].context() for r in active], 1, sampling.but(max_tokens=max(limit.values())),
+        out = engine.generate([episodes[r].context() for r in active], 1, turn_sampling.but(max_tokens=max(limit.values())),
                               generator, seeds=[turn_seed(seeds[r], turn) for r in active])
         still = []
         for j, r in enumerate(active):

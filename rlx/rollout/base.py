@@ -31,13 +31,21 @@ import torch
 @dataclass(frozen=True)
 class SamplingParams:
     """What to sample: temperature 0 = greedy; top_k 0 = off; stop at eos or any of stop_token_ids. The
-    values a run uses were checked as rollout.* (rlx.rollout.config); this object does not check again."""
+    values a run uses were checked as rollout.* (rlx.rollout.config); this object does not check again.
+
+    `stop`: stop strings. A row ends at the first token after which its completion's text (decoded
+    with special tokens kept, as far as it is sampled) holds one of them; that token is kept, so the
+    text ends with the stop string (vLLM's include_stop_str_in_output), and the row is not truncated.
+    A stop string may span tokens. The kept tokens and their log-probs are those the same seed gives
+    without it (stopping only drops what follows). Set by the environments' driver (a tool call's
+    closing tag, rlx.envs.driver); a run's single-turn sampling has none."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_tokens: int = 8
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
 
     def but(self, **changes) -> "SamplingParams":
         return replace(self, **changes)

@@ -63,6 +63,33 @@ def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
+STOP_TAIL_SLACK = 8  # tokens decoded before a stop string's length in characters (tokens that decode to nothing)
+
+
+class StopStrings:
+    """SamplingParams.stop for an engine that samples token by token: each row's sampled tokens so far, and
+    whether the text of their tail holds a stop string once the next token is appended. The tail (the
+    longest stop string's length in tokens, plus STOP_TAIL_SLACK) holds any stop string that ends at the
+    newest token unless more than STOP_TAIL_SLACK of the tokens it spans write no character; one that
+    ended earlier ended the row then. Decoded as the driver decodes (rlx.envs.driver.stop_cut): special
+    tokens kept."""
+
+    def __init__(self, tok, stops: tuple[str, ...], rows: int):
+        self.tok, self.stops = tok, tuple(stops)
+        self.tail = max(len(s) for s in self.stops) + STOP_TAIL_SLACK
+        self.rows: list[list[int]] = [[] for _ in range(rows)]
+
+    def hits(self, tokens: list[int], alive: list[bool]) -> list[bool]:
+        """Append each alive row's new token; True where the row's text now holds a stop string."""
+        out = []
+        for row, t, a in zip(self.rows, tokens, alive):
+            if a:
+                row.append(int(t))
+                text = self.tok.decode(row[-self.tail:])
+            out.append(a and any(s in text for s in self.stops))
+        return out
+
+
 def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
     toks = [t for t, keep in zip(row.tolist(), m.tolist()) if keep and t not in stop_ids]
     return tok.decode(toks, skip_special_tokens=True)
@@ -144,6 +171,7 @@ class HFEngine(RolloutEngine):
         done = torch.zeros(N, dtype=torch.bool, device=dev)
         filtered = sp.top_p < 1.0 or sp.top_k > 0
         U = self._uniforms(seeds, sp.max_tokens) if sp.temperature > 0 else None  # [N, max_tokens]
+        strings = StopStrings(self.tok, sp.stop, N) if sp.stop else None  # SamplingParams.stop
         toks, logps, ents, alive, versions = [], [], [], [], []
         for t in range(sp.max_tokens):
             versions.append(fwd_version)
@@ -166,6 +194,9 @@ class HFEngine(RolloutEngine):
             toks.append(nxt)
             logps.append(logp_all.gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
             ents.append(ent)
+            if strings is not None:  # the row's text holds a stop string: it ends after this token
+                hit = strings.hits(nxt.tolist(), (~done).tolist())
+                done = done | torch.tensor(hit, dtype=torch.bool, device=dev)
             done = done | torch.isin(nxt, stop)
             if bool(done.all()) or t == sp.max_tokens - 1:
                 break

@@ -128,6 +128,20 @@ def engine_max_model_len(vllm_cfg, base_dir, max_len: int | None) -> int:
     return int(vllm_cfg.max_model_len) or min(limit, max_len or limit)
 
 
+def give_detokenizer(llm, tokenizer) -> bool:
+    """Stop strings with `skip_tokenizer_init`: vLLM checks them in its output processor's incremental
+    detokenizer, which a request gets only if the processor holds a tokenizer (else they are silently
+    ignored). The engine is built without vLLM's own tokenizer (prompts and completions are token ids), so
+    the output processor is given rlx's: requests with detokenize=False (all but those with stop strings)
+    still skip it. Returns whether it could be given."""
+    proc = getattr(llm.llm_engine, "output_processor", None)
+    if proc is None or not hasattr(proc, "tokenizer"):
+        return False
+    if proc.tokenizer is None:
+        proc.tokenizer = tokenizer
+    return True
+
+
 def _lora_layers(policy):
     from peft.tuners.lora import LoraLayer
 
@@ -280,6 +294,7 @@ class VLLMEngine(RolloutEngine):
             # control of its thread count (trainer.threads) for the rest of the process.
             torch.set_num_threads = set_threads
         self._SP = vllm.SamplingParams
+        self._detokenizes = give_detokenizer(self.llm, tokenizer)  # stop strings (SamplingParams.stop)
         self.lora_request = None
         self._n_adapters = 0
         self.sleeping = False
@@ -342,6 +357,12 @@ class VLLMEngine(RolloutEngine):
         ids, mask = encode_prompts(self.tok, prompts)  # [B, P] left-padded
         stop = [self.tok.eos_token_id, *sampling.stop_token_ids]
         seeds = draw_seeds(generator, len(prompts) * n) if seeds is None else list(seeds)
+        if sampling.stop and not self._detokenizes:
+            raise RuntimeError("rollout=vllm: stop strings need vLLM's detokenizer, and this vLLM's output processor "
+                               "took no tokenizer (rlx.rollout.vllm.give_detokenizer); they would be ignored")
+        # stop strings: vLLM detokenizes these requests (specials kept, as rlx.rollout.hf.StopStrings decodes)
+        strings = dict(stop=list(sampling.stop), include_stop_str_in_output=True, detokenize=True,
+                       skip_special_tokens=False) if sampling.stop else dict(detokenize=False)
         requests, params = [], []
         for i in range(len(prompts)):
             prompt = ids[i][mask[i].bool()].tolist()
@@ -349,7 +370,7 @@ class VLLMEngine(RolloutEngine):
                 requests.append({"prompt_token_ids": prompt})
                 params.append(self._SP(
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                    max_tokens=sampling.max_tokens, stop_token_ids=stop, logprobs=0, detokenize=False,
+                    max_tokens=sampling.max_tokens, stop_token_ids=stop, logprobs=0, **strings,
                     seed=seeds[i * n + j] if sampling.temperature > 0 else None))
         outs = self._run(requests, params)
         N = len(outs)

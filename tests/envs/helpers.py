@@ -11,7 +11,8 @@ from rlx.rollout.base import RolloutBatch
 
 class ScriptedEngine:
     """engine.generate on token-id contexts: `script(context text, call index) -> completion text` (eos written
-    as '|'), each token's log-prob -0.01 * (its index + 1), version `self.version`. Records every call."""
+    as '|'), each token's log-prob -0.01 * (its index + 1), version `self.version`. Records every call. It
+    ignores stop strings (SamplingParams.stop), as an engine that stops late would: the driver cuts."""
 
     def __init__(self, tok, script, version: int = 3):
         self.tok, self.script, self.version = tok, script, version
@@ -22,7 +23,8 @@ class ScriptedEngine:
 
     def generate(self, prompts, n, sampling, generator, seeds=None):
         assert n == 1 and all(isinstance(p, list) for p in prompts)
-        self.calls.append({"prompts": [list(p) for p in prompts], "max_tokens": sampling.max_tokens, "seeds": seeds})
+        self.calls.append({"prompts": [list(p) for p in prompts], "max_tokens": sampling.max_tokens, "seeds": seeds,
+                           "stop": sampling.stop})
         eos = self.tok.eos_token_id
         rows, trunc = [], []
         for p in prompts:

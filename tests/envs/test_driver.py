@@ -66,6 +66,18 @@ def test_a_tool_call_episode_token_by_token(tok):
     assert [ep.info for ep in out.episodes] == [{"tool_calls": 1.0, "tool_errors": 0.0}] * 4
 
 
+def test_the_engine_is_given_the_environments_stop_strings(tok):
+    """Each turn's engine call carries the environment's stop strings (SamplingParams.stop: the engine ends
+    the turn at the tool call); an engine that writes past one (this one ignores them) is cut all the same."""
+    engine = ScriptedEngine(tok, solver)
+    out = run_episodes(engine, calc_env(tok), ["Q?"], 1, SP.but(stop=("STOP",)), None, Budget(), seeds=[1])
+    assert [c["stop"] for c in engine.calls] == [("STOP", "</calc>")] * 2  # the caller's, then the environment's
+    assert out.episodes[0].turns[0].ids == ids(tok, "18-2 is <calc>18-2</calc>")
+    run_episodes(engine, functools.partial(EchoEnv, EnvConfig(), TurnFormat(tok)), ["Q?"], 1, SP, None,
+                 Budget(max_turns=1), seeds=[1])
+    assert engine.calls[-1]["stop"] == ()  # an environment without stop strings adds none
+
+
 def test_the_loss_mask_excludes_every_environment_token(tok):
     """Count them: every reply token is in the forward (completion_mask) and out of the loss (loss_mask)."""
     engine = ScriptedEngine(tok, lambda ctx, call: f"step {call} <calc>{call}+1</calc>" if call < 3 else "#### 4|")

@@ -98,6 +98,47 @@ def test_multi_turn_logprobs_are_the_trainers_on_the_whole_sequence(engines, nam
     assert env_tokens == sum(tok.decode(t.ids) == " ok." for ep in out.episodes for t in ep.turns) * len(" ok.")
 
 
+class DigitStopEcho(EchoEnv):
+    """EchoEnv whose policy turns end at a digit (stop strings the tiny random policy writes often)."""
+
+    stop_strings = tuple("0123456789")
+
+
+class Spy:
+    """An engine that records how many tokens each generate call decoded; `blind`: it drops the stop
+    strings it is given (an engine decoding on to its budget, cut by the driver alone)."""
+
+    def __init__(self, engine, blind: bool = False):
+        self.engine, self.blind, self.decoded = engine, blind, 0
+        self.tok = engine.tok
+
+    def generate(self, prompts, n, sampling, generator, seeds=None):
+        out = self.engine.generate(prompts, n, sampling.but(stop=()) if self.blind else sampling, generator, seeds)
+        self.decoded += int(out.completion_mask.sum())
+        return out
+
+
+@pytest.mark.parametrize("name", ["hf", "vllm"])
+def test_a_turn_ends_at_its_stop_string_in_the_engine(engines, name):
+    """The driver gives the engine the environment's stop strings: a turn ends where it writes one, with no
+    token decoded past it, and the episodes are those of an engine that decodes on to the turn's budget
+    and is cut by the driver (which stays as the check)."""
+    engine, _, tok = engines(name)
+    make = functools.partial(DigitStopEcho, EnvConfig(), TurnFormat(tok))
+    sp, budget, seeds = SamplingParams(max_tokens=200), Budget(max_turns=3, turn_tokens=8), list(range(8))
+    spy, blind = Spy(engine), Spy(engine, blind=True)
+    a = run_episodes(spy, make, PROMPTS, 2, sp, None, budget, seeds=seeds)
+    b = run_episodes(blind, make, PROMPTS, 2, sp, None, budget, seeds=seeds)
+    for x, y in zip(a.episodes, b.episodes):
+        assert [t.ids for t in x.turns] == [t.ids for t in y.turns]
+        assert [t.logprobs for t in x.turns] == [t.logprobs for t in y.turns]
+    turns = [t for ep in a.episodes for t in ep.turns if t.role == "policy"]
+    stopped = [t for t in turns if any(d in tok.decode(t.ids) for d in DigitStopEcho.stop_strings)]
+    assert len(stopped) >= 3 and all(tok.decode(t.ids)[-1].isdigit() for t in stopped)
+    policy_tokens = sum(len(t.ids) for t in turns)
+    assert spy.decoded == policy_tokens < blind.decoded  # nothing decoded past a stop string (each turn <= 8 tokens)
+
+
 def test_an_episode_does_not_depend_on_its_batch(served):
     engine, _, tok = served
     sp, budget = SamplingParams(max_tokens=30), Budget(max_turns=3, turn_tokens=6)

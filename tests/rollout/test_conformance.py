@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 
@@ -92,6 +94,50 @@ def test_eos_stop_and_padding_masks(served, name):
         assert ((row[: L - 1] == stop) | (row[: L - 1] == eos)).sum() == 0
         assert trunc or int(row[L - 1]) in (stop, eos)
     assert any(int(r[int(m.sum()) - 1]) == stop for r, m in zip(s.completion_ids, s.completion_mask))
+
+
+def _stop_at(tok, ids: list[int], stops) -> int | None:
+    """The fewest leading tokens whose text (special tokens kept) holds a stop string; None if none does."""
+    return next((k for k in range(1, len(ids) + 1) if any(s in tok.decode(ids[:k]) for s in stops)), None)
+
+
+def _stop_strings(tok, rows: list[list[int]]) -> tuple[str, str]:
+    """A two- and a three-character string of the rows' texts (no special token's characters), each held
+    by some rows and not by others: the most common such, so that the test has rows of both kinds."""
+    texts = [tok.decode(r, skip_special_tokens=True) for r in rows]
+    special = "".join(tok.all_special_tokens)
+    picked = []
+    for width in (2, 3):
+        grams = Counter(g for t in texts for g in {t[i: i + width] for i in range(len(t) - width + 1)})
+        picked.append(next(g for g, c in grams.most_common() if c < len(texts) and not set(g) & set("<>")
+                           and g not in special and not any(p in g for p in picked)))
+    return tuple(picked)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_stop_strings_end_a_row_right_after_them(served, name):
+    """SamplingParams.stop: a row ends at the token that completes a stop string (kept: its text ends with
+    the string; not truncated). Each stop string spans tokens (the char tokenizer writes one character per
+    token). The kept tokens and log-probs are those the same seed gives without stop strings (a prefix),
+    and the rows that hold none are unchanged."""
+    engine, _, tok = served[name]
+    plain = gen(engine, n=4, seed=11, max_tokens=24)
+    rows = [r[: int(m.sum())].tolist() for r, m in zip(plain.completion_ids, plain.completion_mask)]
+    stops = _stop_strings(tok, rows)
+    b = gen(engine, n=4, seed=11, max_tokens=24, stop=stops)
+    cut = unchanged = 0
+    for r, row in enumerate(rows):
+        k, L = _stop_at(tok, row, stops), int(b.lengths[r])
+        if k is None:  # holds no stop string: the row as without them
+            assert L == len(row) and b.texts[r] == plain.texts[r] and bool(b.truncated[r]) == bool(plain.truncated[r])
+            unchanged += 1
+        else:
+            assert L == k and not b.truncated[r] and b.texts[r].endswith(stops), (name, r, b.texts[r], stops)
+            cut += k < len(row)
+        assert b.completion_ids[r, :L].tolist() == row[:L]
+        assert torch.equal(b.logprobs[r, :L], plain.logprobs[r, :L]), (name, r)
+        assert not b.completion_mask[r, L:].any() and (b.logprobs[r, L:] == 0).all()
+    assert cut >= 3 and unchanged >= 3, (cut, unchanged, stops)
 
 
 @pytest.mark.parametrize("name", ENGINES)

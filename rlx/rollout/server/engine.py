@@ -231,6 +231,8 @@ class VLLMServerEngine(RolloutEngine):
         ids, mask = encode_prompts(self.tok, prompts)  # [B, P] left-padded
         stop = [self.tok.eos_token_id, *sampling.stop_token_ids]
         seeds = draw_seeds(generator, len(prompts) * n) if seeds is None else list(seeds)
+        # stop strings (SamplingParams.stop): the server's detokenizer (specials kept) ends a request there
+        strings = {"stop": list(sampling.stop), "include_stop_str_in_output": True} if sampling.stop else {}
         bodies = []
         for i in range(len(prompts)):
             prompt = ids[i][mask[i].bool()].tolist()
@@ -238,7 +240,7 @@ class VLLMServerEngine(RolloutEngine):
                 bodies.append({"model": self.current, "prompt": prompt, "max_tokens": sampling.max_tokens,
                                "temperature": sampling.temperature, "top_p": sampling.top_p,
                                "top_k": sampling.top_k or -1, "stop_token_ids": stop, "logprobs": 0,
-                               "return_token_ids": True, "skip_special_tokens": False,
+                               "return_token_ids": True, "skip_special_tokens": False, **strings,
                                **({"seed": seeds[i * n + j]} if sampling.temperature > 0 else {})})
         # as many requests in flight as the servers' KV caches hold (more would only queue, or preempt)
         with ThreadPoolExecutor(max_workers=max(1, min(len(bodies), self.concurrency))) as ex:
