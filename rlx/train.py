@@ -156,9 +156,13 @@ def _warmup(s: int, warm: int) -> float:
 
 
 def score(task, examples, batch):
-    """Rewards of a rollout batch: per reward function, weighted total, pass flags."""
+    """Rewards of a rollout batch: per reward function, weighted total, pass flags. An environment's
+    per-turn rewards (batch.env_reward, summed per episode: rlx.envs) are added to the weighted total;
+    the pass flags are the task's alone."""
     per_fn = task.score([examples[i] for i in batch.group.tolist()], batch.texts)
     rewards = torch.tensor(task.total_reward(per_fn), dtype=torch.float32)  # [N]
+    if batch.env_reward is not None:
+        rewards = rewards + batch.env_reward.float()
     passed = torch.tensor(task.passed(per_fn), dtype=torch.float32)  # [N]
     return per_fn, rewards, passed
 
@@ -189,6 +193,8 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
     per_fn, rewards, passed = score(p.task, examples, batch)
     rewards = p.shaping.rewards(batch, rewards)  # DAPO overlong punishment, before any metric reads them
     m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, cfg.rollout.group_size, examples))
+    if batch.env_reward is not None:  # the part of train/reward/mean the environment paid (env/reward/mean also counts eval)
+        m["train/env_reward/mean"] = batch.env_reward.float().mean().item()
     if p.tripwires is None:  # a resumed run picks up the moving means where its earlier steps left them
         p.tripwires = TripwireMonitor.for_run(p.run_dir, p.state.start_step)
     for warning in p.tripwires.update(step, m):  # a hack tripwire's moving mean crossed its threshold

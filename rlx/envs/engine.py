@@ -8,14 +8,12 @@ environment tokens are `forced` (out of the loss), its `texts` are the final ans
 
 `metrics()` adds the episodes' counts since the last call (env/*) to the engine's own.
 
-Per-turn rewards: RolloutBatch has no column for them yet. An environment that gives a non-zero reward is
-refused here rather than dropped silently, unless RolloutBatch has an `env_reward` column ([N], which the
-batch then carries to the loop; docs/envs.md says what the loop adds).
+Per-turn rewards: each episode's sum of `Step.reward` goes into the batch's `env_reward` column ([N]), which
+the training loop adds to the task's rewards (rlx.train.score) before advantages are computed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 from rlx.envs.driver import Budget, run_episodes
@@ -62,11 +60,7 @@ class EnvEngine:
 
     def generate(self, prompts, n, sampling, generator, seeds=None) -> RolloutBatch:
         out = run_episodes(self.engine, self.make_env, list(prompts), n, sampling, generator, self.budget, seeds=seeds)
-        if any(f.name == "env_reward" for f in dataclasses.fields(out.batch)):
-            out.batch.env_reward = out.rewards
-        elif bool((out.rewards != 0).any()):
-            raise RuntimeError("the environment gave per-turn rewards, which the training loop cannot take yet "
-                               "(RolloutBatch has no env_reward column; docs/envs.md)")
+        out.batch.env_reward = out.rewards  # [N] the per-turn rewards summed: rlx.train.score adds them to the task's
         with self._lock:
             self._window.extend(out.episodes)
         return out.batch

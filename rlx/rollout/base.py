@@ -105,6 +105,7 @@ class RolloutBatch:
     token_version: torch.Tensor | None = _col("right", -1, optional=True)  # [N, T] long: policy version that sampled each token (-1 on padding)
     forced: torch.Tensor | None = _col("right", False, optional=True, fill=True)  # [N, T] bool: tokens the engine inserted, not sampled (interruption phrase)
     interrupted: torch.Tensor | None = _col("row", False, optional=True, fill=True)  # [N] bool: hit the thinking budget and was told to answer
+    env_reward: torch.Tensor | None = _col("row", 0.0, optional=True, fill=True)  # [N] float: an environment's per-turn rewards summed over the episode (rlx.envs), added to the task's
 
     @property
     def input_ids(self) -> torch.Tensor:  # [N, P+T]

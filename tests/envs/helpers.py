@@ -65,3 +65,18 @@ class RewardEnv(EchoEnv):
         s = super().step(action_ids)
         s.reward = 0.5
         return s
+
+
+class TokenRewardEnv(EchoEnv):
+    """EchoEnv paying 0.25 per token of each policy turn (exact in binary) and ending the episode at the
+    policy's second turn: an episode's per-turn rewards sum to 0.25 x its policy tokens."""
+
+    def reset(self, prompt_ids, example=None):
+        self.turns = 0
+        return super().reset(prompt_ids, example)
+
+    def step(self, action_ids):
+        self.turns += 1
+        s = super().step(action_ids)
+        s.reward, s.done = 0.25 * len(action_ids), self.turns == 2
+        return s

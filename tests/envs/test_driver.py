@@ -177,11 +177,15 @@ def test_the_engine_adapter_runs_episodes_and_delegates_the_rest(tok):
     assert "env/episodes" not in engine.metrics()  # a window per report
 
 
-def test_the_adapter_refuses_per_turn_rewards_it_cannot_pass_on(tok):
+def test_the_adapter_passes_per_turn_rewards_on_as_a_column(tok):
+    """Each episode's summed Step.reward is the batch's env_reward [N] (rlx.train.score adds it to the task's)."""
     engine = EnvEngine(ScriptedEngine(tok, lambda ctx, call: "a|"),
                        functools.partial(RewardEnv, EnvConfig(), TurnFormat(tok)), Budget(max_turns=2))
-    with pytest.raises(RuntimeError, match="per-turn rewards"):
-        engine.generate(["Q?"], 1, SP, torch.Generator().manual_seed(0))
+    b = engine.generate(["Q?", "R?"], 2, SP, torch.Generator().manual_seed(0))
+    assert b.env_reward.dtype == torch.float32 and b.env_reward.tolist() == [1.0] * 4  # two turns of 0.5
+    assert engine.metrics()["env/reward/mean"] == 1.0
+    assert EnvEngine(ScriptedEngine(tok, solver), calc_env(tok), Budget()).generate(
+        ["Q?"], 1, SP, None).env_reward.tolist() == [0.0]  # the calculator pays none
 
 
 def test_the_batch_concatenates_and_selects_like_any_other(tok):
@@ -192,3 +196,4 @@ def test_the_batch_concatenates_and_selects_like_any_other(tok):
     assert both.forced.shape == both.completion_ids.shape and not both.forced[2].any()  # filled for the plain batch
     assert int(both.loss_mask.sum()) == int(a.loss_mask.sum()) + int(plain.completion_mask.sum())
     assert torch.equal(both.select(torch.tensor([1])).forced[:, : a.forced.shape[1]], a.forced[1:])
+    assert both.env_reward.tolist() == [0.0, 0.0, 0.0]  # filled for the plain batch too

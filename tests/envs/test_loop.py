@@ -28,6 +28,43 @@ def test_a_tiny_run_trains_on_multi_turn_episodes(tmp_path, monkeypatch, mode):
         assert all(abs(r["rollout/logprob_diff/mean"]) < 1e-3 for r in rows)
 
 
+def test_per_turn_rewards_reach_the_rewards_and_advantages(tmp_path, monkeypatch):
+    """An environment paying 0.25 per policy token: the rewards the update gets (and computes advantages from)
+    are the task's plus 0.25 x each row's policy tokens, counted here from the batch; the logged means agree."""
+    import torch
+
+    import rlx.train
+    from rlx.algo.advantages import compute_advantages
+    from rlx.algo.policy_update import Update
+    from rlx.envs.registry import ENVIRONMENTS
+
+    monkeypatch.setitem(ENVIRONMENTS, "token_reward", "tests.envs.helpers:TokenRewardEnv")
+    seen, prepare = [], Update.prepare
+
+    def spy(self, batch, rewards, dp):
+        prep = prepare(self, batch, rewards, dp)
+        seen.append((batch, rewards.clone(), prep.adv.cpu().clone(), self.algo))
+        return prep
+
+    monkeypatch.setattr(Update, "prepare", spy)
+    cfg = compose(TINY + ["env.name=token_reward", "env.max_turns=3", "env.turn_tokens=4", "rollout.max_new_tokens=16",
+                          "train.steps=2", "train.eval_every=2", "train.ckpt_every=2", "rollout.eval_k=0"])
+    assert rlx.train.run(cfg, tmp_path / "run")["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path / "run") if r["step"] > 0 and "train/reward/mean" in r]
+    assert len(seen) == len(rows) == 2
+    for (batch, rewards, adv, algo), r in zip(seen, rows):
+        env = 0.25 * batch.loss_mask.sum(1).float()  # [N] by hand: every policy token paid 0.25
+        assert torch.equal(batch.env_reward, env) and (env > 0).all()
+        task = rewards - env
+        assert set(task.tolist()) <= {0.0, 1.0}  # arith's `correct`, 0 or 1
+        assert r["train/rewards/correct"] == pytest.approx(task.mean().item())
+        assert r["train/env_reward/mean"] == pytest.approx(env.mean().item())
+        assert r["train/reward/mean"] == pytest.approx(task.mean().item() + env.mean().item())
+        group = torch.unique(batch.group, return_inverse=True)[1]
+        torch.testing.assert_close(adv, compute_advantages(rewards, group, algo))
+        assert not torch.allclose(adv, compute_advantages(task, group, algo))  # the env's part moved them
+
+
 def test_the_episode_printer_runs_on_the_tiny_model(capsys, monkeypatch):
     """`python -m rlx.envs`: episodes of held-out problems, printed with the environment's tokens marked."""
     from rlx.envs.__main__ import main

@@ -43,6 +43,7 @@ def test_an_optional_column_some_batches_lack_is_dropped_unless_it_fills():
 def test_select_keeps_every_column_of_the_chosen_rows():
     c = RolloutBatch.concat([_batch(2, 2, 2, 10, forced=torch.zeros(2, 2, dtype=torch.bool)), _batch(2, 2, 1, 20)])
     c.interrupted = torch.tensor([False, True, False])
+    c.env_reward = torch.tensor([0.5, 1.0, 0.0])
     s = c.select(torch.tensor([False, True, True]))
     for f in fields(RolloutBatch):  # every declared column, none listed by hand
         v, w = getattr(s, f.name), getattr(c, f.name)
