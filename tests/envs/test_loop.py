@@ -65,6 +65,112 @@ def test_per_turn_rewards_reach_the_rewards_and_advantages(tmp_path, monkeypatch
         assert not torch.allclose(adv, compute_advantages(task, group, algo))  # the env's part moved them
 
 
+# the suite's tiny model at head_dim 32 (vLLM's CPU attention needs >= 32), a small arith task (as
+# tests/rollout/test_vllm_engine.py), and an SFT base that calls the calculator: half of its demonstrations
+# write `<calc>1</calc>` before the answer (model.sft.demo_prefix), so the RL run's episodes hold tool calls
+CALC_VLLM = ["model.hidden_size=64", "model.num_heads=2", "model.num_kv_heads=1", "task.num_terms=2",
+             "task.max_operand=6", "task.n_train=60", "task.n_eval=8", "model.sft.steps=300",
+             "model.sft.demo_prefix='<calc>1</calc>'", "model.sft.demo_prefix_frac=0.5", "env=calculator", "env.instructions=''",
+             "rollout.max_new_tokens=64", "train.steps=2", "train.eval_every=2", "train.ckpt_every=2", "rollout.eval_k=0"]
+
+
+def _check_calculator_batches(seen, rows) -> int:
+    """Every batch the update trained on: each environment token is a calculator reply (`<result>v</result>`,
+    v the calculator's value of the policy's call before it), counted, and out of the update's mask; every
+    policy token is in it. Returns the environment tokens counted."""
+    from rlx.envs import EnvConfig
+    from rlx.envs.calc import calculate
+    from rlx.envs.calculator import CLOSE, OPEN, RESULT
+    from rlx.models.tokenizer import build_char_tokenizer
+
+    tok, limits, total = build_char_tokenizer(), EnvConfig(name="calculator").calculator, 0
+    for batch, mask in seen:
+        counted = 0
+        for r in range(len(batch)):
+            L = int(batch.completion_mask[r].sum())
+            ids, forced = batch.completion_ids[r, :L].tolist(), batch.forced[r, :L].tolist()
+            runs, t = [], 0  # (role, token ids) in order
+            while t < L:
+                end = next((u for u in range(t, L) if forced[u] != forced[t]), L)
+                runs.append(("env" if forced[t] else "policy", ids[t:end]))
+                t = end
+            for (role, span), nxt in zip(runs, runs[1:] + [(None, None)]):
+                text = tok.decode(span)
+                if role == "policy" and nxt and nxt[0] == "env":  # a call: the turn ends at its tag
+                    assert text.endswith(CLOSE) and text.count(CLOSE) == 1, text
+                    expr = text[text.rfind(OPEN) + len(OPEN): -len(CLOSE)] if OPEN in text else None
+                    want = RESULT.format(calculate(expr, limits)) if expr is not None else None
+                    reply = tok.decode(nxt[1])
+                    assert reply == want or (want is None and reply.startswith("<result>error")), (text, reply)
+                    counted += len(nxt[1])
+                if role == "policy":
+                    assert CLOSE not in text[: -len(CLOSE)]  # no call inside a turn: it ended at the first
+        assert int(batch.forced.sum()) == counted  # every environment token is a reply counted above
+        assert int(batch.completion_mask.sum()) - int(batch.loss_mask.sum()) == counted
+        assert (mask[batch.forced] == 0).all() and (mask[batch.loss_mask.bool()] == 1).all()
+        total += counted
+    assert all(r["env/tool_calls/mean"] > 0 and r["env/env_tokens/mean"] > 0 for r in rows), [{k: v for k, v in r.items() if k.startswith(("env/", "train/rew"))} for r in rows]
+    return total
+
+
+def _spy_update(monkeypatch) -> list:
+    """(batch, the update's loss mask) of every update, in order."""
+    from rlx.algo.policy_update import Update
+
+    seen, prepare = [], Update.prepare
+
+    def spy(self, batch, rewards, dp):
+        prep = prepare(self, batch, rewards, dp)
+        seen.append((batch, prep.mask.cpu().clone()))
+        return prep
+
+    monkeypatch.setattr(Update, "prepare", spy)
+    return seen
+
+
+def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch):
+    """rollout=vllm (sync) with env=calculator: trains end to end; every environment token is a calculator
+    reply, counted, and outside the loss; the trainer's log-probs are the engine's on the policy's tokens."""
+    pytest.importorskip("vllm")
+    import time
+
+    import rlx.train
+
+    seen = _spy_update(monkeypatch)
+    t0 = time.time()
+    summary = rlx.train.run(compose(TINY + CALC_VLLM + ["rollout=vllm"]), tmp_path / "run")
+    assert summary["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path / "run") if r["step"] > 0 and "env/turns/mean" in r]
+    assert len(rows) == len(seen) == 2
+    counted = _check_calculator_batches(seen, rows)
+    print(f"[vllm env=calculator] {counted} environment tokens, {time.time() - t0:.1f}s", rows[-1]["env/tool_calls/mean"])
+    assert counted > 0
+    for r in rows:
+        assert r["actor/grad_norm"] >= 0 and abs(r["rollout/logprob_diff/mean"]) < 1e-4
+
+
+def test_the_loop_trains_on_calculator_episodes_with_a_vllm_server(tmp_path, monkeypatch):
+    """The same on rollout=vllm_server (one local server, adapter sync): the server ends each tool turn at
+    `</calc>` (stop strings in the request) and the loop trains on the episodes as on the colocated engine."""
+    pytest.importorskip("vllm")
+    import time
+
+    import rlx.train
+
+    seen = _spy_update(monkeypatch)
+    t0 = time.time()
+    summary = rlx.train.run(compose(TINY + CALC_VLLM + ["rollout=vllm_server"]), tmp_path / "run")
+    assert summary["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path / "run") if r["step"] > 0 and "env/turns/mean" in r]
+    assert len(rows) == len(seen) == 2
+    counted = _check_calculator_batches(seen, rows)
+    print(f"[vllm_server env=calculator] {counted} environment tokens, {time.time() - t0:.1f}s")
+    assert counted > 0
+    for r in rows:
+        assert r["actor/grad_norm"] >= 0 and r["rollout/logprob_diff/max"] < 1e-4
+        assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3
+
+
 def test_the_episode_printer_runs_on_the_tiny_model(capsys, monkeypatch):
     """`python -m rlx.envs`: episodes of held-out problems, printed with the environment's tokens marked."""
     from rlx.envs.__main__ import main
