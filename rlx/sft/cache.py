@@ -74,6 +74,10 @@ def base_identity(model_cfg, hf_dir: Path | None) -> dict:
 
 def _task_identity(task_cfg) -> dict:
     t = {k: v for k, v in _plain(task_cfg).items() if k not in TASK_NOT_IN_KEY}
+    if t.get("name") == "file" and (t.get("holdout") or t.get("eval_path")):
+        # the SFT data drops the whole held-out slice (or eval file), not only the n_eval rows evaluated
+        # (rlx.tasks.files.held_out_questions): evaluating more or fewer of them is the same SFT
+        t.pop("n_eval", None)
     files = {"train_path": t.get("train_path"), "eval_path": t.get("eval_path"),
              **{f"eval.{n}": (s or {}).get("path") for n, s in (t.get("eval") or {}).items()}}
     t["digests"] = {k: path_digest(v) for k, v in files.items() if v and Path(v).expanduser().exists()}

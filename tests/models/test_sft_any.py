@@ -362,6 +362,24 @@ def test_sft_drops_the_tasks_heldout_questions_and_rl_skips_the_sft_rows(tmp_pat
     assert [e.prompt for e in task.train] == want[10:]  # RL trains on the others
 
 
+def test_evaluating_more_of_the_heldout_slice_is_the_same_sft(tmp_path):
+    """task.n_eval picks which held-out rows are evaluated, but the SFT drops the whole slice: the same SFT
+    rows, so the same cache entry (an RL run evaluating 500 and an lm-eval cross-check of 200 share it).
+    The slice itself (task.holdout) changes the rows, so it stays in the key."""
+    from rlx.models import base_dir
+    from rlx.sft import select
+
+    cfg3, _ = _file_task(tmp_path, ["model.sft.n=10"])
+    cfg3.model.sft.data = cfg3.task.train_path
+    cfg6, _ = _file_task(tmp_path, ["model.sft.n=10", "task.n_eval=6"])
+    cfg6.model.sft.data = cfg6.task.train_path
+    pairs = [[p.prompt for p in select(c, prepared(c)[0], prepared(c)[1], _quiet)] for c in (cfg3, cfg6)]
+    assert pairs[0] == pairs[1] and base_dir(cfg3) == base_dir(cfg6)
+    cfg8, _ = _file_task(tmp_path, ["model.sft.n=10", "task.holdout=8"])
+    cfg8.model.sft.data = cfg8.task.train_path
+    assert base_dir(cfg8) != base_dir(cfg3)
+
+
 def test_the_heldout_slice_is_refused_as_sft_data(tmp_path):
     from rlx.sft import select
     from rlx.sft.data import Pair, check_disjoint, held_out_ids
@@ -407,7 +425,7 @@ def test_the_heldout_slice_is_refused_as_sft_data(tmp_path):
 def test_bad_sft_config_is_refused_before_any_model_is_built(over, err, match, monkeypatch):
     import transformers
 
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     def no_model(*_a, **_k):
         raise AssertionError("a model was built")
