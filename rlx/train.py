@@ -34,13 +34,13 @@ from rlx.run import distributed as dist
 from rlx.run.checkpoint import Checkpointer
 from rlx.run.completions import completion_rows
 from rlx.config import register_configs
-from rlx.evaluation import Evaluator
+from rlx.eval.evaluate import Evaluator
 from rlx.extrapolation import build_extrapolator
-from rlx.limits import check_fits
+from rlx.config.limits import check_fits
 from rlx.run.logging import NullLogger, RunLogger, say, write_summary, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
-from rlx.preflight import check
+from rlx.config.preflight import check
 from rlx.run.resume import Resumable, RunState, finished_before, restore_recorded_config
 from rlx.envs import check_env, instruction_tokens, wrap_engine
 from rlx.models import base_label, sft_record  # what step 0 evaluates: "SFT" (a warm start) or "pretrained"

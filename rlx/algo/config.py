@@ -1,9 +1,9 @@
 """The `algo` config group's schema (AlgoConfig), registered by rlx.config, and its own value checks.
 
 Every check of a single algo value lives here: `AlgoConfig.__post_init__` runs `check()` when the
-composed config is converted (`as_config`, which rlx.preflight does before any model is built), so
+composed config is converted (`as_config`, which rlx.config.preflight does before any model is built), so
 the functions that read the config (losses, aggregation, advantages) trust it. Rules that relate the
-algo group to another group (algo.shared_prefix with model.gradient_checkpointing) are rlx.preflight's.
+algo group to another group (algo.shared_prefix with model.gradient_checkpointing) are rlx.config.preflight's.
 """
 
 import math

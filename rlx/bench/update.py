@@ -75,7 +75,7 @@ def build(a):
     import torch
 
     from rlx.models import build_policy
-    from rlx.preflight import check
+    from rlx.config.preflight import check
     from rlx.rollout import SamplingParams, build_engine
     from rlx.tasks import build_task
 

@@ -1,10 +1,12 @@
-"""The root schema, assembled from each package's own config (rlx/<package>/config.py), registered in
-Hydra's ConfigStore, and the key listing `--help` prints.
+"""The config and its checks: the root schema, assembled from each package's own config
+(rlx/<package>/config.py), registered in Hydra's ConfigStore, and the key listing `--help` prints
+(`python -m rlx.config`, console `rlx-config-keys`).
 
 The primary config (`conf/config.yaml`) starts from `rlx_schema`, so every YAML file and every
 command-line override is merged into a typed node: an unknown key or a value of the wrong type
 fails at composition time, before any model is built, with OmegaConf naming the key. Each group's
-value checks live in its dataclass and run when rlx.preflight converts the composed groups.
+value checks live in its dataclass and run when rlx.config.preflight converts the composed groups;
+rlx.config.limits walks every number of the composed config against its range.
 """
 
 from __future__ import annotations
@@ -130,7 +132,3 @@ def register_configs() -> None:
 
 
 register_configs()
-
-if __name__ == "__main__":
-    main()
-

@@ -1,7 +1,7 @@
 """Preflight: every value a run needs, checked before any model is built, each refusal naming its key.
 
 `check(cfg)` is the first thing `rlx.train` does. It refuses keys the schema does not have and
-non-finite or out-of-range numbers (rlx.limits), then converts each group to its package's typed config
+non-finite or out-of-range numbers (rlx.config.limits), then converts each group to its package's typed config
 (`convert`), whose own checks run then (rlx/<package>/config.py: one place per group), and keeps here
 only the rules that read more than one group: full fine-tuning against quant / extrapolation / engine /
 strategy, the shared prefix against gradient checkpointing, what N torchrun ranks cannot do, and the
@@ -130,7 +130,7 @@ def check_values(cfg) -> None:
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}: not in rlx's schema, so nothing would read them "
                          f"(a `+key=value` override adds keys; check the spelling, `--help` lists every key)")
-    from rlx.limits import check_model, check_numbers
+    from rlx.config.limits import check_model, check_numbers
 
-    check_numbers(cfg)  # every numeric field of every schema: NaN / inf / out of its range (rlx/limits.py)
+    check_numbers(cfg)  # every numeric field of every schema: NaN / inf / out of its range (rlx/config/limits.py)
     check_model(cfg)  # the tiny model's heads and width, model.dtype, quant.format / quant.kernel

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     from rlx.eval.source import base_config
     from rlx.models import base_dir, build_policy
     from rlx.models.forward import token_logprobs
-    from rlx.preflight import check
+    from rlx.config.preflight import check
     from rlx.rollout import SamplingParams, build_engine, max_sequence_len
     from rlx.run.device import autocast
     from rlx.tasks import build_task

@@ -1,7 +1,7 @@
 """`python -m rlx.eval [RUN_DIR | RUN_DIR/ckpt/step_N] [key=value ...] [--k 1,4,16] [--out DIR]` (rlx-eval).
 
 Builds the policy exactly as training does (task, chat templates, base, LoRA, the checkpoint's adapter),
-the run's rollout engine, and calls rlx.evaluation.run_eval, the function training's val/* metrics come
+the run's rollout engine, and calls rlx.eval.evaluate.run_eval, the function training's val/* metrics come
 from, with the evaluation stream of the checkpoint's step: on a run's last checkpoint it reproduces the
 run's last val/acc (and val/mean_at_k with the same rollout.eval_* settings), on the base its step-0
 evaluation. docs/eval.md.
@@ -73,7 +73,7 @@ def build(cfg, src: Source, trainer):
 
 def prepare(argv: list[str] | None = None):
     """Everything that can be refused, refused before any model is built: (args, source, cfg, ks, trainer)."""
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     args = parse_args(argv)
     path, overrides = split_args(args.args)
@@ -105,7 +105,7 @@ def evaluate(args, src: Source, cfg, ks: list[int], trainer) -> dict:
     from omegaconf import OmegaConf
 
     from rlx.eval.report import markdown, summarize, write
-    from rlx.evaluation import eval_generator, eval_sampling, run_eval, val_metrics
+    from rlx.eval.evaluate import eval_generator, eval_sampling, run_eval, val_metrics
 
     out = out_dir(src, args.out)
     t0 = time.time()

@@ -135,7 +135,7 @@ def user_message(example, chat: bool) -> str:
 def export_rows(cfg, set_name: str | None = None, log=print) -> tuple[list[dict], dict]:
     """The rows rlx evaluates (no model weights are loaded, only the tokenizer) and what the YAML needs."""
     from rlx.models import load_tokenizer
-    from rlx.evaluation import eval_sampling
+    from rlx.eval.evaluate import eval_sampling
     from rlx.tasks import FILE_TASKS, build_task
 
     if cfg.task.name not in FILE_TASKS:
@@ -456,7 +456,7 @@ def run(argv: list[str]) -> dict:
     path, overrides = split_args(args.args)
     src = resolve(path)
     cfg = load_config(src, overrides)
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     asked = cfg.trainer.dtype
     spec = check(cfg)  # what rlx-eval refuses, refused here; trainer.dtype=auto resolved as rlx-eval resolves it

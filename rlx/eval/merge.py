@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None):
 def prepare(argv: list[str] | None = None):
     """Everything that can be refused, refused before any model is built: (args, source, cfg, out)."""
     from rlx.eval.source import load_config, resolve, split_args
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     args = parse_args(argv)
     path, overrides = split_args(args.args)

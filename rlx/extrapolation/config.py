@@ -1,5 +1,5 @@
 """The `extrapolation.*` schema (NExt predict-extend, linear baseline) and every check of a single
-extrapolation value (`__post_init__`, run when rlx.preflight converts the composed node); registered
+extrapolation value (`__post_init__`, run when rlx.config.preflight converts the composed node); registered
 by rlx.config. The jump steps against the run's length (train.steps) are checked where the
 extrapolator is built (rlx.extrapolation.extrapolator)."""
 

@@ -1,7 +1,7 @@
 """The `model.*` schema (the base model, its SFT warm start and its LoRA adapter) and every check of a
-single model value; `__post_init__` runs them when rlx.preflight converts the composed node
+single model value; `__post_init__` runs them when rlx.config.preflight converts the composed node
 (`as_config`), before any model is built. Checks that also read another group (full fine-tuning with
-a quant format, shared prefix with gradient checkpointing) are rlx.preflight's."""
+a quant format, shared prefix with gradient checkpointing) are rlx.config.preflight's."""
 
 from __future__ import annotations
 

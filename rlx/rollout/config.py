@@ -1,7 +1,7 @@
 """The `rollout.*` schema (engine, sampling, evaluation's sampling, the schedule, vLLM and forced
-interruption) and every check of a single rollout value; `__post_init__` runs them when rlx.preflight
+interruption) and every check of a single rollout value; `__post_init__` runs them when rlx.config.preflight
 converts the composed node (`as_config`), before any model is built. Engine checks that read other
-groups (vLLM with a quant format or the model's head_dim) are rlx.preflight's / the engine's."""
+groups (vLLM with a quant format or the model's head_dim) are rlx.config.preflight's / the engine's."""
 
 from __future__ import annotations
 
@@ -294,7 +294,7 @@ def _check_sampling(r: RolloutConfig) -> None:
 
 
 def _check_evaluation(r: RolloutConfig) -> None:
-    """Validation's own sampling (rollout.eval_*; rlx.evaluation.eval_sampling derives it)."""
+    """Validation's own sampling (rollout.eval_*; rlx.eval.evaluate.eval_sampling derives it)."""
     _refuse(((r.eval_top_p is None or 0.0 < r.eval_top_p <= 1.0, "eval_top_p", "must be in (0, 1]", r.eval_top_p),
              (r.eval_top_k is None or r.eval_top_k >= 0, "eval_top_k", "must be >= 0 (0 = off)", r.eval_top_k),
              (r.eval_max_new_tokens is None or r.eval_max_new_tokens >= 1, "eval_max_new_tokens", "must be >= 1",

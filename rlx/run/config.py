@@ -1,6 +1,6 @@
 """The run-level schemas: `trainer.*` (where and how the trainer computes), `train.*` (steps,
 evaluation, checkpoints, resume) and `logger.*` (wandb, completion tables), with the checks of their
-single values in `__post_init__` (run when rlx.preflight converts the composed nodes). The device
+single values in `__post_init__` (run when rlx.config.preflight converts the composed nodes). The device
 itself is resolved from `trainer.*` by rlx.run.device."""
 
 from __future__ import annotations

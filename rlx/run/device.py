@@ -6,7 +6,7 @@ RNG state covers every device the run uses, so a resumed CUDA run draws what it 
 
 `trainer.dtype=auto` (the default) picks the native dtype of the device (`auto_dtype`): bf16 on a GPU
 that has it and on a CPU with bf16 instructions (x86 avx512_bf16 / amx_bf16, aarch64 bf16), fp32
-elsewhere (where bf16 would be emulated, ~6x slower: docs/lean.md). rlx.preflight writes the resolved
+elsewhere (where bf16 would be emulated, ~6x slower: docs/lean.md). rlx.config.preflight writes the resolved
 name back into `cfg.trainer.dtype`, so the recorded config (checkpoints, summary.json, wandb) says fp32 or
 bf16, never auto, and a resume on a machine where auto picks the other one is refused naming both
 (rlx.run.resume.dtype_refusal).

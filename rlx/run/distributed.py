@@ -120,7 +120,7 @@ def init(trainer_cfg) -> World:
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
-    if not dist.is_initialized():  # the config was checked by rlx.preflight (trainer.strategy, dist_timeout_s)
+    if not dist.is_initialized():  # the config was checked by rlx.config.preflight (trainer.strategy, dist_timeout_s)
         cuda = str(trainer_cfg.device).startswith("cuda") or (trainer_cfg.device == "auto" and torch.cuda.is_available())
         if cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -29,7 +29,7 @@ def test_conversion_names_an_unknown_key(given, key):
         as_config(given)
 
 
-# the four rules rlx.preflight held for the algo group, now AlgoConfig's own (NaN fails each: `not x >= 0`)
+# the four rules rlx.config.preflight held for the algo group, now AlgoConfig's own (NaN fails each: `not x >= 0`)
 @pytest.mark.parametrize("field,value", [("weight_decay", -0.1), ("weight_decay", math.nan), ("grad_clip", 0.0),
                                          ("grad_clip", math.nan), ("warmup_steps", -1), ("lr", -1.0), ("lr", 2.0)])
 def test_the_former_preflight_rules_are_the_configs_own(field, value):

@@ -112,7 +112,7 @@ UNBOUNDED = {"task.rewards.correct", "task.default_rewards.correct", "extrapolat
 
 
 def _numeric_fields():
-    from rlx.limits import numbers
+    from rlx.config.limits import numbers
 
     cfg = compose(WALKED)
     return cfg, [(k, v) for k, v in numbers(cfg) if not k.startswith("paper")]
@@ -147,7 +147,7 @@ def test_every_numeric_field_refuses_nan_inf_and_out_of_range(tmp_path, monkeypa
     from omegaconf import OmegaConf
     from omegaconf.errors import ValidationError
 
-    from rlx.limits import range_of
+    from rlx.config.limits import range_of
 
     cfg, fields = _numeric_fields()
     unbounded = set()
@@ -171,7 +171,7 @@ def test_every_numeric_field_refuses_nan_inf_and_out_of_range(tmp_path, monkeypa
 
 
 def test_the_schema_defaults_pass_the_walk():
-    from rlx.limits import check_numbers
+    from rlx.config.limits import check_numbers
 
     for over in ([], TINY, ["experiment=scalerl_8b", "model.path=/m", "task.train_path=/a", "task.eval_path=/b"]):
         check_numbers(compose(over))

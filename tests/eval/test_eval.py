@@ -134,12 +134,12 @@ def test_rlx_eval_on_the_base_reproduces_step_0(run_dir, tmp_path):
 def test_checkpoint_dir_more_samples_and_chunks(run_dir, tmp_path, monkeypatch, capsys):
     """A checkpoint named directly, n = 8 samples: the greedy accuracy is the run's; 3-sequence chunks (every
     chunk boundary inside a prompt's samples) give the same completions as the engine's own batch."""
-    from rlx import evaluation
+    from rlx.eval import evaluate
 
     last = [r for r in read_metrics(run_dir) if "val/acc" in r][-1]
     ckpt = str(run_dir / "ckpt" / "step_2")
     whole = cli.main([ckpt, "rollout.eval_k=8", "--k", "1,8", "--out", str(tmp_path / "whole")])
-    monkeypatch.setattr(evaluation, "PROGRESS_EVERY_S", 0.0)  # a progress line after every chunk
+    monkeypatch.setattr(evaluate, "PROGRESS_EVERY_S", 0.0)  # a progress line after every chunk
     capsys.readouterr()
     chunked = cli.main([ckpt, "rollout.eval_k=8", "rollout.eval_chunk=3", "--k", "1,8", "--out", str(tmp_path / "ch")])
     assert whole["source"]["kind"] == "checkpoint" and whole["val"]["val/acc"] == last["val/acc"]
@@ -209,7 +209,7 @@ def test_corrupt_checkpoint_is_refused(run_dir, tmp_path):
 
 
 def test_default_eval_chunks_are_sized_by_speed():
-    from rlx.evaluation import CHUNK_TARGET_S, FIRST_CHUNK, next_chunk
+    from rlx.eval.evaluate import CHUNK_TARGET_S, FIRST_CHUNK, next_chunk
 
     assert next_chunk(512, False, 0, 0.0) == FIRST_CHUNK  # the first call: a small probe
     # 32 rows took 64 s (SmolLM2 on a CPU): 0.5 rows/s -> 15 rows per 30 s, at least FIRST_CHUNK // 2
@@ -227,7 +227,7 @@ def test_on_n_ranks_evaluation_calls_the_engine_with_the_same_sizes(monkeypatch)
     import torch
     from omegaconf import OmegaConf
 
-    from rlx import evaluation as E
+    from rlx.eval import evaluate as E
     from rlx.rollout.config import RolloutConfig
 
     calls = []

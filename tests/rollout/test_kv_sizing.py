@@ -1,5 +1,5 @@
 """The KV cache sized to the work (rlx.rollout.kv_sizing) and evaluation handing the engine whole calls
-(rlx.evaluation.generate_texts). No model, no vLLM: hand-computed numbers and fake engines."""
+(rlx.eval.evaluate.generate_texts). No model, no vLLM: hand-computed numbers and fake engines."""
 
 from __future__ import annotations
 
@@ -173,13 +173,13 @@ class _Reporting(_Recording):
 
 
 def _progress(total):
-    from rlx.evaluation import EvalProgress
+    from rlx.eval.evaluate import EvalProgress
 
     return EvalProgress(total, "[test]", show=False)
 
 
 def _generate(engine, rows, fixed=False, chunk=256, clock=None, monkeypatch=None):
-    from rlx import evaluation as E
+    from rlx.eval import evaluate as E
 
     if clock is not None:
         ticks = iter(clock)
@@ -203,7 +203,7 @@ def test_evaluation_hands_a_reporting_engine_every_row_in_one_call(monkeypatch):
 def test_evaluation_never_calls_an_engine_with_fewer_rows_than_it_runs_at_once(monkeypatch):
     # a slow clock: by speed alone the calls would shrink to FIRST_CHUNK // 2 = 16 rows (the 16-row steps of the
     # issue); the engine's KV cache holds 120 at once, so every call but the last has 120
-    from rlx.evaluation import FIRST_CHUNK
+    from rlx.eval.evaluate import FIRST_CHUNK
 
     engine = _Recording(concurrency=120)
     progress = _generate(engine, 500, clock=range(0, 10_000, 100), monkeypatch=monkeypatch)

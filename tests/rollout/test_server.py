@@ -310,7 +310,7 @@ def test_an_adapter_path_outside_the_run_directory_is_never_sent(fake_server, tm
     ({"placement": ["cuda:7"]}, r"'cuda:7' names GPUs \[7\]; this machine has \d+ CUDA device"),
 ])
 def test_bad_server_settings_are_refused_before_any_model_is_built(tmp_path, server, match):
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     overrides = ["rollout=vllm_server", f"model.cache_dir={tmp_path}"] + [
         f"rollout.server.{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in server.items()]
@@ -320,7 +320,7 @@ def test_bad_server_settings_are_refused_before_any_model_is_built(tmp_path, ser
 
 
 def test_what_the_server_engine_does_not_do_is_refused_by_name(tmp_path):
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     for extra, what in ((["noise=aqn"], "with noise=aqn"), (["quant=nvfp4"], "with quant.format=nvfp4"),
                         (["model.num_heads=8"], r"\(local servers\): the model's head_dim 16")):

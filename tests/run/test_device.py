@@ -77,7 +77,7 @@ def test_preflight_writes_the_resolved_dtype_into_the_config(monkeypatch, flags,
     """What every reader after preflight sees (engine checks, recorded configs): never auto. The README's
     SmolLM2 command (experiment=smollm2_wordproblems) runs fp32 on an AVX2-only CPU."""
     import rlx.run.device as device
-    from rlx.preflight import record_dtype
+    from rlx.config.preflight import record_dtype
     from tests.conftest import TINY, compose
 
     monkeypatch.setattr(device, "cpu_bf16_flags", lambda: flags)

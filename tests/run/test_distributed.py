@@ -215,7 +215,7 @@ def test_slurm_tasks_become_torch_distributed_ranks():
     (["trainer.strategy=fsdp", "rollout.mode=stale"], "trainer.strategy=fsdp with rollout.mode=stale"),
 ])
 def test_what_ranks_cannot_do_is_refused_before_any_work(extra, match):
-    from rlx.preflight import check_distributed
+    from rlx.config.preflight import check_distributed
     from tests.conftest import compose
 
     with pytest.raises(ValueError, match=match):

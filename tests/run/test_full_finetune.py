@@ -241,7 +241,7 @@ def test_ddp_two_ranks_train_the_full_model_as_one_process(tmp_path):
     (["model.finetune=qlora"], r"model.finetune: 'qlora' is not one of \['lora', 'full'\]"),
 ])
 def test_what_full_finetuning_cannot_do_is_refused_by_name_before_any_model(tmp_path, override, match):
-    from rlx.preflight import check
+    from rlx.config.preflight import check
 
     cfg = compose(TINY + [f"model.cache_dir={tmp_path}", "model.finetune=full", *override])
     with pytest.raises(ValueError, match=match):
@@ -250,7 +250,7 @@ def test_what_full_finetuning_cannot_do_is_refused_by_name_before_any_model(tmp_
 
 
 def test_fsdp_over_ranks_is_refused_with_full_finetuning():
-    from rlx.preflight import check_finetune
+    from rlx.config.preflight import check_finetune
 
     cfg = compose(TINY + ["model.finetune=full", "trainer.strategy=fsdp"])
     check_finetune(cfg, 1)  # one process: the strategy does nothing
