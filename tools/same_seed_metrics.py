@@ -21,8 +21,10 @@ RECIPES = {  # name -> overrides of the default experiment (tiny model, arith, h
     "grpo": ["algo=grpo"],
     "dapo": ["algo=dapo"],
     "aqn_nvfp4": ["quant=nvfp4", "noise=aqn"],
-    # algo=scalerl set the generation keys too until experiment=scalerl took them (a7cc565)
-    "scalerl_stale": {"before": ["algo=scalerl", "rollout.mode=stale"], "after": ["experiment=scalerl", "rollout.mode=stale"]},
+    # the same overrides on both sides: a per-side recipe is only right across the commit that split
+    # them (a7cc565: algo=scalerl set the generation keys until experiment=scalerl took them); compare
+    # across it with --recipes and a dict recipe of its own
+    "scalerl_stale": ["experiment=scalerl", "rollout.mode=stale"],
     "next": ["extrapolation=next", "train.steps=40"],  # NExt extends at step 30
 }
 COMMON = ["seed=0", "train.steps=30", "train.eval_every=10", "train.ckpt_every=1000", "trainer.threads=1",
