@@ -1,6 +1,6 @@
 """python -m rlx.eval.lm_eval_check: rlx's GSM8K readings against lm-eval's own filters and exact_match on
 hand-written completions, the exported task YAML as lm-eval loads it, and `compare` on small hand-made files.
-The lm-eval parts are skipped where lm_eval is not installed (it is no rlx dependency)."""
+The lm-eval parts need lm_eval (a dev dependency, pinned to the version whose gsm8k.yaml is copied here).
 
 from __future__ import annotations
 
