@@ -422,13 +422,20 @@ def _step(name: str, cmd: list[str], log: Path, env: dict | None = None):
 def _wait(procs: list, names: list[str], t0: dict, walls: dict) -> None:
     import time
 
-    for (p, f), name in zip(procs, names):
-        rc = p.wait()
-        f.close()
-        walls[name] = round(time.time() - t0[name], 1)
-        if rc != 0:
-            raise RuntimeError(f"{name} failed (exit status {rc}); see {f.name}")
-        print(f"[lm_eval_check] {name} done in {walls[name]:.0f}s", flush=True)
+    pending = dict(zip(names, procs))
+    while pending:  # each step's wall time when it ends, whichever ends first
+        for name, (p, f) in list(pending.items()):
+            rc = p.poll()
+            if rc is None:
+                continue
+            f.close()
+            del pending[name]
+            walls[name] = round(time.time() - t0[name], 1)
+            if rc != 0:
+                raise RuntimeError(f"{name} failed (exit status {rc}); see {f.name}")
+            print(f"[lm_eval_check] {name} done in {walls[name]:.0f}s", flush=True)
+        if pending:
+            time.sleep(1.0)
 
 
 def run(argv: list[str]) -> dict:

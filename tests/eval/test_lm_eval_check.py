@@ -1,6 +1,6 @@
 """python -m rlx.eval.lm_eval_check: rlx's GSM8K readings against lm-eval's own filters and exact_match on
 hand-written completions, the exported task YAML as lm-eval loads it, and `compare` on small hand-made files.
-The lm-eval parts need lm_eval (a dev dependency, pinned to the version whose gsm8k.yaml is copied here).
+The lm-eval parts need lm_eval (a dev dependency, pinned to the version whose gsm8k.yaml is copied here)."""
 
 from __future__ import annotations
 
@@ -233,3 +233,16 @@ def test_run_refuses_a_non_fp32_dtype_before_anything_runs(tmp_path):
     with pytest.raises(SystemExit, match="trainer.dtype=bf16 computes in bf16"):
         lec.main(["run", "trainer.dtype=bf16", "--out", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
+
+
+def test_side_by_side_steps_get_their_own_wall_times(tmp_path):
+    """--jobs 2: the step that ends first gets its own time, not the other's (they were waited on in turn)."""
+    import sys
+    import time
+
+    t0, walls, procs = {}, {}, []
+    for name, secs in (("slow", 2.0), ("fast", 0.2)):
+        t0[name] = time.time()
+        procs.append(lec._step(name, [sys.executable, "-c", f"import time; time.sleep({secs})"], tmp_path / f"{name}.log"))
+    lec._wait(procs, ["slow", "fast"], t0, walls)
+    assert walls["fast"] < 1.5 <= walls["slow"]
