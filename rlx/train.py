@@ -159,7 +159,10 @@ def score(task, examples, batch):
     """Rewards of a rollout batch: per reward function, weighted total, pass flags. An environment's
     per-turn rewards (batch.env_reward, summed per episode: rlx.envs) are added to the weighted total;
     the pass flags are the task's alone."""
-    per_fn = task.score([examples[i] for i in batch.group.tolist()], batch.texts)
+    rows = [examples[i] for i in batch.group.tolist()]
+    # [N]: the rows the token budget stopped (a cut text's last line is no stated answer: rlx.tasks.stated)
+    per_fn = (task.score(rows, batch.texts) if batch.truncated is None
+              else task.score(rows, batch.texts, batch.truncated.tolist()))
     rewards = torch.tensor(task.total_reward(per_fn), dtype=torch.float32)  # [N]
     if batch.env_reward is not None:
         rewards = rewards + batch.env_reward.float()

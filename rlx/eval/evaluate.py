@@ -156,13 +156,15 @@ def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int
 
 
 def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
-                   progress: EvalProgress, fixed: bool = True) -> list[str]:
+                   progress: EvalProgress, fixed: bool = True, cut: list | None = None) -> list[str]:
     """n completions per prompt, prompt-major ([len(prompts) * n], as engine.generate(prompts, n) orders
     them), at most `chunk` rows per engine call (`fixed`: exactly), row i sampled from seeds[i], so
     the split changes no sample. An engine that reports each finished row itself (`on_finished`: the vLLM
     engines) gets every row of the pass in one call unless `fixed`: it keeps as many in flight as its KV
     cache holds and refills each slot as a sequence ends, so no call ends on a tail of a few long sequences,
-    and progress still comes as rows finish. Others get calls sized by speed, never below `concurrency`."""
+    and progress still comes as rows finish. Others get calls sized by speed, never below `concurrency`.
+    `cut`: a list that gets each row's truncation flag (stopped at the token budget; None if the engine's
+    batch does not say), in the texts' order."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
     reports = hasattr(engine, "on_finished")
@@ -175,6 +177,9 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
             size = len(rows) - s if reports and not fixed else next_chunk(chunk, fixed, s, time.monotonic() - t0, least)
             batch = engine.generate(rows[s: s + size], 1, sp, None, seeds=seeds[s: s + size])
             texts += batch.texts
+            if cut is not None:
+                flags = getattr(batch, "truncated", None)
+                cut += flags.tolist() if flags is not None else [None] * len(batch.texts)
             if not reports:
                 progress.update(len(batch), int(batch.completion_mask.sum()))
             s += size
@@ -184,8 +189,10 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
     return texts
 
 
-def _scored(task, examples, texts) -> tuple[list[bool], list[float]]:
-    per_fn = task.score(examples, texts)
+def _scored(task, examples, texts, cut: list | None = None) -> tuple[list[bool], list[float]]:
+    """Pass flags and rewards; `cut` per completion (truncated at the budget), when every flag is known."""
+    truncated = cut if cut is not None and None not in cut else None
+    per_fn = task.score(examples, texts) if truncated is None else task.score(examples, texts, truncated)
     return task.passed(per_fn), task.total_reward(per_fn)
 
 
@@ -217,12 +224,14 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
         progress.start(f"{len(prompts)} prompts: {len(prompts)} greedy + {k} x {len(prompts)} sampled sequences "
                        f"(up to {greedy_sp.max_tokens} tokens), {chunk} per engine call")
         fixed = rollout.eval_chunk > 0 or not by_speed
-        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress, fixed)  # [sum(P)]
-        sampled = generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress, fixed) if k else None
+        greedy_cut, sampled_cut = [], []  # [sum(P)], [sum(P) * k]: rows the token budget stopped
+        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress, fixed, greedy_cut)
+        sampled = (generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress, fixed, sampled_cut)
+                   if k else None)
     out, i = [], 0
     for name, ex in zip(names, sets):  # scored set by set, greedy first, as always (import-path rewards see these batches)
         texts = greedy[i: i + len(ex)]
-        passed, reward = _scored(task, ex, texts)
+        passed, reward = _scored(task, ex, texts, greedy_cut[i: i + len(ex)])
         out.append(SetResult(name, ex, texts, passed, reward, k, greedy_readings=_readings(task, ex, texts)))
         i += len(ex)
     if sampled is not None:  # [sum(P) * k], k consecutive samples per prompt
@@ -231,7 +240,7 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
             texts = sampled[i: i + len(r.examples) * k]
             r.samples = texts
             rows = [e for e in r.examples for _ in range(k)]
-            r.samples_passed, r.samples_reward = _scored(task, rows, texts)
+            r.samples_passed, r.samples_reward = _scored(task, rows, texts, sampled_cut[i: i + len(texts)])
             r.samples_readings = _readings(task, rows, texts)
             i += len(texts)
     return out

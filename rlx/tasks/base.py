@@ -10,6 +10,8 @@ import random
 from dataclasses import dataclass, field
 
 from rlx.tasks.rewards import BATCH, REWARDS
+
+TAKES_TRUNCATED = {"stated_answer"}  # batch rewards that read a completion differently when the budget cut it
 from rlx.tasks.user_rewards import UserRewards, check_reward_specs, is_import_path, load_reward, required_columns
 
 @dataclass(frozen=True)
@@ -170,14 +172,21 @@ class Task:
         """Keyword arguments a registered reward gets from the task (stated_answer: `loose`)."""
         return {"loose": self.answer_phrase} if spec == "stated_answer" else {}
 
-    def score(self, examples: list[Example], completions: list[str]) -> dict[str, list[float]]:
+    def score(self, examples: list[Example], completions: list[str],
+              truncated: list[bool] | None = None) -> dict[str, list[float]]:
         """{logged name: unweighted value per (example, completion)}; NaN where an import-path function
-        returned None (it does not apply to that completion)."""
+        returned None (it does not apply to that completion). `truncated` (per completion: the engine
+        stopped it at the token budget; None: not known) goes to the built-in rewards that take it
+        (stated_answer: a cut text's last line is no answer)."""
         assert len(examples) == len(completions)
+        assert truncated is None or len(truncated) == len(completions)
         out, kwargs = {}, None
         for spec in self.cfg.rewards:
+            opts = self.reward_options(spec)
+            if truncated is not None and spec in TAKES_TRUNCATED:
+                opts = {**opts, "truncated": [bool(t) for t in truncated]}
             if spec in BATCH:
-                out[spec] = BATCH[spec](list(completions), examples, **self.reward_options(spec))
+                out[spec] = BATCH[spec](list(completions), examples, **opts)
                 continue
             if spec in REWARDS:
                 out[spec] = [REWARDS[spec](c, ex, **self.reward_options(spec)) for ex, c in zip(examples, completions)]

@@ -80,18 +80,22 @@ def math_verify_reward(completion: str, example) -> float:
     return math_verify_batch([completion], [example])[0]
 
 
-def stated_answer_batch(completions: list[str], examples, loose: bool = True) -> list[float]:
+def stated_answer_batch(completions: list[str], examples, loose: bool = True,
+                        truncated: list[bool] | None = None) -> list[float]:
     """`stated_answer` for a batch (rlx.tasks.stated for numeric golds; the rest through math-verify in the
-    verifier's bounded worker pool, after the same refusals of hedges and conflicting answers)."""
+    verifier's bounded worker pool, after the same refusals of hedges and conflicting answers). `truncated`
+    (per completion; None: not known): a completion the token budget stopped is read strictly
+    (rlx.tasks.stated.read_stated)."""
     from rlx.tasks.stated import numeric_gold, read_stated
     from rlx.tasks.verify import default_verifier, symbolic_refusal
 
     out = [0.0] * len(completions)
     symbolic, where = [], []
+    cut = list(truncated) if truncated is not None else [False] * len(completions)
     for i, (c, ex) in enumerate(zip(completions, examples)):
         gold = numeric_gold(ex.answer)
         if gold is not None:
-            r = read_stated(c, loose)
+            r = read_stated(c, loose, truncated=bool(cut[i]))
             out[i] = float(r.value is not None and r.value == gold)
         elif symbolic_refusal(c, ex.answer) is None:
             symbolic.append((ex.answer, c))
@@ -103,8 +107,9 @@ def stated_answer_batch(completions: list[str], examples, loose: bool = True) ->
 
 
 @register_reward("stated_answer", batch=stated_answer_batch)
-def stated_answer(completion: str, example, loose: bool = True) -> float:
+def stated_answer(completion: str, example, loose: bool = True, truncated: bool = False) -> float:
     """1 if the completion states the gold answer: a numeric gold as that number in `#### N`, `\\boxed{N}`
     or (loose: chat models) "the answer is N" / the final line's last number, never as an expression, a
-    hedge or a list; a symbolic gold by math-verify on the final answer (docs/rewards.md)."""
-    return stated_answer_batch([completion], [example], loose)[0]
+    hedge or a list, and never where the token budget cut the text; a symbolic gold by math-verify on the
+    final answer (docs/rewards.md)."""
+    return stated_answer_batch([completion], [example], loose, [truncated])[0]

@@ -37,6 +37,7 @@ HEDGE = "hedge"  # two or more numbers offered as the answer: `15 or 16`, `15, 1
 CONFLICT = "conflict"  # several `####` lines (or boxes) that state different numbers
 NON_ASCII = "non_ascii"  # digits outside 0-9 (fullwidth, Arabic-Indic, ...): not what any gold is written in
 TOO_LONG = "too_long"  # over MAX_CHARS: not read
+CUT = "cut"  # a completion the token budget stopped, whose `####` line is where it was cut (`#### 1` of 16?)
 
 NUMBER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+"  # 1,000 | 16 | 16.0 | .5
 _CONNECTORS = {"or", "to", "and", "plus", "minus", "times", "over", "divided", "multiplied", "by", "x", "nor",
@@ -184,19 +185,25 @@ def _final_line(text: str) -> Reading:
     return Reading(value, "final_line", None if value is not None else UNSTATED, line.strip())
 
 
-def read_stated(text: str, loose: bool = True) -> Reading:
+def read_stated(text: str, loose: bool = True, truncated: bool = False) -> Reading:
     """The number a completion states as its final answer (module docstring): `loose` also reads an
-    "answer is N" phrase and the final line when there is neither a `####` line nor a box."""
+    "answer is N" phrase and the final line when there is neither a `####` line nor a box. `truncated`:
+    the engine stopped the completion at its token budget, so its final line is where the budget fell,
+    not an answer: only a `####` line with more text after it, or a closed box, is read."""
     if len(text) > MAX_CHARS:
         return Reading(None, None, TOO_LONG)
     # a #### line that holds no digit at all is the instruction's placeholder copied (`#### N`), not an answer
-    hashes = [h for h in (m.group(0)[4:] for m in _HASH.finditer(text)) if _ANY_DIGIT.search(h)]
-    if hashes:
-        return _one_of(hashes, "hash")
-    boxes = top_level_boxes(text)
+    found = [(m.end(), m.group(0)[4:]) for m in _HASH.finditer(text) if _ANY_DIGIT.search(m.group(0)[4:])]
+    if found:
+        reading = _one_of([h for _, h in found], "hash")
+        tail = text[found[-1][0]:]
+        if truncated and not tail.strip() and "\n" not in tail:
+            return Reading(None, "hash", CUT, reading.text)  # the text ends on its line: the number may be cut short
+        return reading
+    boxes = top_level_boxes(text)  # a box the budget cut is never closed, so never read
     if boxes:
         return _one_of(boxes, "boxed")
-    if not loose:
+    if not loose or truncated:
         return Reading(None, None, UNSTATED)
     phrases = sorted([(m.start(), m.group(1)) for m in _PHRASE.finditer(text)] +
                      [(m.start(), m.group(1) + ".") for m in _PHRASE_AFTER.finditer(text)])

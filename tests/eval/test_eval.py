@@ -253,3 +253,38 @@ def test_on_n_ranks_evaluation_calls_the_engine_with_the_same_sizes(monkeypatch)
     calls.clear()
     E.run_eval(Engine(), task, rollout, torch.Generator().manual_seed(0), show=False, bar=False, by_speed=False)
     assert calls == [64, 64, 22]  # the engine's batch, whatever the clock
+
+
+def test_evaluation_scores_a_row_cut_at_the_budget_as_cut(tmp_path):
+    """The engine's truncation flags reach the task's stated_answer: `#### 1` that the budget stopped on is
+    no answer (it may be `#### 16` cut short); the same text finished with eos is."""
+    import json
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from rlx.eval import evaluate as E
+    from rlx.rollout.config import RolloutConfig
+    from rlx.tasks import build_task
+    from rlx.tasks.config import TaskConfig
+
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"question": f"q{i}", "answer": "1"}) + "\n" for i in range(4)))
+    task = build_task(OmegaConf.merge(OmegaConf.structured(TaskConfig), {
+        "name": "file", "train_path": str(p), "eval_path": str(p), "n_train": 0, "n_eval": 0,
+        "rewards": {"stated_answer": 1.0}}))
+
+    class Batch(list):
+        pass
+
+    class Engine:  # rows 0 and 2 stopped by the budget, 1 and 3 by eos; every text is "#### 1"
+        def generate(self, prompts, n, sp, generator, seeds=None):
+            b = Batch(["#### 1"] * len(prompts))
+            b.texts, b.completion_mask = list(b), torch.ones(len(prompts), 1)
+            b.truncated = torch.tensor([int(q[1:]) % 2 == 0 for q in prompts])
+            return b
+
+    rollout = OmegaConf.structured(RolloutConfig(engine="hf", batch_size=4, eval_k=0, eval_chunk=4))
+    (r,) = E.run_eval(Engine(), task, rollout, torch.Generator().manual_seed(0), show=False, bar=False)
+    assert [e.prompt for e in r.examples] == ["q0", "q1", "q2", "q3"] and r.greedy_passed == [False, True, False, True]
+    assert [x["passed"] for x in r.greedy_readings["strict-match"]] == [True] * 4  # lm-eval's reading is lm-eval's

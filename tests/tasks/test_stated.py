@@ -98,3 +98,54 @@ def test_symbolic_golds_go_to_math_verify_after_the_refusals():
     assert stated_answer_batch(texts, ex) == [1.0, 1.0, 0.0, 0.0, 0.0]
     # a numeric gold on a MATH-style task: an unevaluated expression scores 0 there too
     assert stated_answer_batch(["\\boxed{\\frac{32}{2}}", "\\boxed{16}"], [Example("n", "p", "16")] * 2) == [0.0, 1.0]
+
+
+def test_a_completion_cut_at_the_budget_states_only_a_finished_hash_line_or_a_closed_box():
+    """The SFT checkpoint's 256-token loop `... cousins $1` (gold 1) was paid by the final-line reading:
+    where the budget fell is no answer. A cut text is read strictly, and a `####` line it ends on may be a
+    number cut short (`#### 1` of `#### 16`)."""
+    from rlx.tasks.stated import CUT
+
+    loop = "She gives $108 x 4 = $<<108*4=432>>432.\nShe gives each of her cousins $1"
+    assert read_stated(loop).value == Decimal(1)  # a finished completion: its final line is its answer
+    assert (read_stated(loop, truncated=True).value, read_stated(loop, truncated=True).flaw) == (None, UNSTATED)
+    assert read_stated("the answer is 1", truncated=True).value is None  # cut inside "the answer is 16"?
+    assert (read_stated("4 + 12 = 16\n#### 1", truncated=True).flaw) == CUT
+    assert read_stated("4 + 12 = 16\n#### 16\nThen she", truncated=True).value == Decimal(16)  # more came after
+    assert read_stated("so \\boxed{16} and then", truncated=True).value == Decimal(16)
+    assert read_stated("so \\boxed{1", truncated=True).value is None  # an unclosed box is never read
+    ex = [Example(prompt="q", answer="1", key="k")] * 3
+    texts = [loop, "#### 1", "#### 1\n"]  # the line ended: its number is whole
+    assert stated_answer_batch(texts, ex) == [1.0, 1.0, 1.0]
+    assert stated_answer_batch(texts, ex, truncated=[True, True, True]) == [0.0, 0.0, 1.0]
+    assert stated_answer_batch(texts, ex, truncated=[False, False, False]) == [1.0, 1.0, 1.0]
+
+
+def test_the_task_hands_the_truncation_flags_to_stated_answer_only(tmp_path):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from rlx.tasks import build_task
+    from rlx.tasks.config import TaskConfig
+
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
+    task = build_task(OmegaConf.merge(OmegaConf.structured(TaskConfig), {
+        "name": "file", "train_path": str(p), "eval_path": str(p), "n_train": 0, "n_eval": 0,
+        "rewards": {"stated_answer": 1.0, "correct": 1.0}}))
+    ex = task.eval * 2
+    texts = ["#### 1", "#### 1\nok"]  # (string prompts: no loose reading)
+    assert task.score(ex, texts)["stated_answer"] == [1.0, 1.0]  # flags unknown: as before
+    assert task.score(ex, texts, [True, True])["stated_answer"] == [0.0, 1.0]
+    assert task.score(ex, texts, [True, True])["correct"] == task.score(ex, texts)["correct"]
+    # the training loop hands the rollout batch's flags over (rlx.train.score)
+    from types import SimpleNamespace
+
+    import torch
+
+    from rlx.train import score
+
+    batch = SimpleNamespace(group=torch.tensor([0, 1]), texts=texts, truncated=torch.tensor([True, True]),
+                            env_reward=None)
+    assert score(task, ex, batch)[0]["stated_answer"] == [0.0, 1.0]
