@@ -10,9 +10,10 @@ import random
 from dataclasses import dataclass, field
 
 from rlx.tasks.rewards import BATCH, REWARDS
+from rlx.tasks.user_rewards import UserRewards, check_reward_specs, is_import_path, load_reward, required_columns
 
 TAKES_TRUNCATED = {"stated_answer"}  # batch rewards that read a completion differently when the budget cut it
-from rlx.tasks.user_rewards import UserRewards, check_reward_specs, is_import_path, load_reward, required_columns
+
 
 @dataclass(frozen=True)
 class Example:
