@@ -154,6 +154,40 @@ def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch,
             assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3
 
 
+@pytest.mark.parametrize("mode", ["stale", "async"])
+def test_calculator_episodes_on_vllm_in_stale_and_async_modes(tmp_path, monkeypatch, mode):
+    """rollout=vllm with env=calculator under the stale schedule (each step's episodes from the policy exactly k
+    updates back) and PipelineRL's async one (in-flight reloads inside and between turns): trains end to end,
+    every environment token is a calculator reply outside the loss (counted), and the per-token versions keep
+    the staleness bound across turns: at step s no token is older than s-1-k nor newer than s-1, versions never
+    fall along an episode, and a row's version is its oldest token's."""
+    pytest.importorskip("vllm")
+    import torch
+
+    import rlx.train
+
+    k, steps = 1, 3
+    seen = _spy_update(monkeypatch)
+    cfg = compose(TINY + CALC_VLLM + ["rollout=vllm", f"rollout.mode={mode}", f"rollout.max_staleness={k}",
+                                      f"train.steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}"])
+    assert rlx.train.run(cfg, tmp_path / "run")["status"] == "finished"
+    rows = [r for r in read_metrics(tmp_path / "run") if r["step"] > 0 and "env/turns/mean" in r]
+    assert len(seen) == steps and rows  # async reports env/* only for the episodes generated since its last report
+    assert _check_calculator_batches(seen, rows) > 0
+    for s, (batch, _) in enumerate(seen, start=1):
+        cm = batch.completion_mask.bool()  # [N, T]
+        tv = batch.token_version  # [N, T], -1 on padding
+        assert (tv[~cm] == -1).all() and (tv[cm] >= 0).all()
+        lo, hi = int(tv[cm].min()), int(tv[cm].max())
+        if mode == "stale":  # exactly k versions back (version 0, the start, until there are k updates)
+            assert lo == hi == max(0, s - 1 - k), (s, lo, hi)
+        else:
+            assert s - 1 - k <= lo <= hi <= s - 1, (s, lo, hi)
+        for r in range(len(batch)):
+            v = tv[r, cm[r]]
+            assert (v[1:] >= v[:-1]).all() and int(batch.version[r]) == int(v[0])
+
+
 def test_the_episode_printer_runs_on_the_tiny_model(capsys, monkeypatch):
     """`python -m rlx.envs`: episodes of held-out problems, printed with the environment's tokens marked."""
     from rlx.envs.__main__ import main
