@@ -1,6 +1,8 @@
-"""`python -m rlx.eval [RUN_DIR | RUN_DIR/ckpt/step_N] [key=value ...] [--k 1,4,16] [--out DIR]` (rlx-eval).
+"""`python -m rlx.eval [RUN_DIR | RUN_DIR/ckpt/step_N | EXPORTED_DIR] [key=value ...] [--k 1,4,16] [--out DIR]`
+(rlx-eval).
 
-Builds the policy exactly as training does (task, chat templates, base, LoRA, the checkpoint's adapter),
+Builds the policy exactly as training does (task, chat templates, base, LoRA, the checkpoint's adapter, or an
+exported one: rlx-export),
 the run's rollout engine, and calls rlx.eval.evaluate.run_eval, the function training's val/* metrics come
 from, with the evaluation stream of the checkpoint's step: on a run's last checkpoint it reproduces the
 run's last val/acc (and val/mean_at_k with the same rollout.eval_* settings), on the base its step-0
@@ -16,27 +18,30 @@ from datetime import datetime
 from pathlib import Path
 
 from rlx.eval.metrics import parse_ks
-from rlx.eval.source import Source, load_config, resolve, split_args
+from rlx.eval.source import Source, load_config, load_weights, resolve, split_args
 from rlx.run.logging import say
 
 EPILOG = """examples:
   rlx-eval outputs/runs/2026-12-01_10-00-00                   # the run's newest intact checkpoint
   rlx-eval outputs/runs/RUN/ckpt/step_20 rollout.eval_k=16     # one checkpoint, 16 samples per prompt
+  rlx-eval docs/runs/NAME/final_adapter --out DIR              # an adapter exported by rlx-export
   rlx-eval model=smollm2 task=gsm8k task.train_path=... task.eval_path=... rollout=vllm   # the base alone
 sampling: rollout.eval_k (n samples per prompt), rollout.eval_temperature, rollout.eval_top_p,
 rollout.eval_top_k, rollout.eval_max_new_tokens; progress per rollout.eval_chunk sequences."""
 
 
 def parse_args(argv: list[str] | None):
-    ap = argparse.ArgumentParser(prog="rlx-eval", description="Evaluate a run, a checkpoint or the base model on "
-                                 "the task's eval sets: greedy accuracy, mean@n, pass@k, maj@k.", epilog=EPILOG,
+    ap = argparse.ArgumentParser(prog="rlx-eval", description="Evaluate a run, a checkpoint, an exported adapter or "
+                                 "the base model on the task's eval sets: greedy accuracy, mean@n, pass@k, maj@k.",
+                                 epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("args", nargs="*", help="a run directory or RUN/ckpt/step_N (none: the base model), then "
+    ap.add_argument("args", nargs="*", help="a run directory, RUN/ckpt/step_N or an exported adapter directory "
+                    "(rlx-export; none: the base model), then "
                     "key=value overrides (Hydra overrides, config groups included, for the base)")
     ap.add_argument("--k", default=None, help="comma-separated k of pass@k and maj@k, each <= rollout.eval_k "
                     "(default: 1, 2, 4, ... and n)")
-    ap.add_argument("--out", default=None, help="output directory (default: RUN/eval/step_N, or outputs/eval/<time> "
-                    "for the base)")
+    ap.add_argument("--out", default=None, help="output directory (default: RUN/eval/step_N, EXPORTED_DIR/eval/step_N, "
+                    "or outputs/eval/<time> for the base)")
     return ap.parse_args(argv)
 
 
@@ -50,7 +55,6 @@ def out_dir(src: Source, given: str | None) -> Path:
 
 def build(cfg, src: Source, trainer):
     """(task, policy, engine) as rlx.train.build makes them, the policy holding the checkpoint's weights."""
-    from rlx.run.checkpoint import Checkpointer
     from rlx.run.device import seed_everything
     from rlx.models import base_dir, build_policy
     from rlx.rollout import build_engine, max_sequence_len
@@ -62,7 +66,7 @@ def build(cfg, src: Source, trainer):
     policy, tok = build_policy(cfg, task, say, trainer.device)
     seed_everything(cfg.seed)
     if src.checkpoint is not None:
-        Checkpointer.load(src.checkpoint, policy)  # verified again; the adapter into the policy
+        load_weights(src, policy)  # verified again; the adapter into the policy
         say(f"[rlx-eval] loaded {src.checkpoint} (step {src.step})")
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]
     engine = build_engine(cfg.rollout, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head, base_dir=base_dir(cfg),

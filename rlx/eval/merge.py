@@ -1,7 +1,8 @@
 """`python -m rlx.eval.merge RUN[/ckpt/step_N] [key=value ...] --out DIR`: a checkpoint as a plain HF model.
 
 The policy is built as rlx-eval builds it (rlx.eval.cli: the run's config, task, base, LoRA, then the
-checkpoint's adapter through `Checkpointer.load`, verified against its manifest), the LoRA adapter is merged
+checkpoint's adapter through `Checkpointer.load`, verified against its manifest, or an exported adapter's
+(rlx-export), verified against its export.json), the LoRA adapter is merged
 into the base with PEFT's `merge_and_unload`, and the result is saved with its tokenizer (chat template
 included) as a safetensors HF model directory that any HF tool loads (`AutoModelForCausalLM`, lm-eval's
 `--model hf`, TRL, vLLM). A full fine-tuning checkpoint (model.finetune=full) is saved as it is. Written into
@@ -63,7 +64,7 @@ def prepare(argv: list[str] | None = None):
 def merged_model(cfg, src):
     """(plain causal LM with the adapter merged, tokenizer, the LoRA policy's config summary)."""
     from rlx.models import build_policy, has_lora
-    from rlx.run.checkpoint import Checkpointer
+    from rlx.eval.source import load_weights
     from rlx.run.device import seed_everything
     from rlx.tasks import build_task
 
@@ -71,7 +72,7 @@ def merged_model(cfg, src):
     task = build_task(cfg.task)
     task.set_seed(cfg.seed)
     policy, tok = build_policy(cfg, task, say, "cpu")
-    Checkpointer.load(src.checkpoint, policy)  # verified again; the adapter into the policy
+    load_weights(src, policy)  # verified again; the adapter (a checkpoint's or an exported one) into the policy
     say(f"[merge] loaded {src.checkpoint} (step {src.step})")
     policy.eval()
     lora = has_lora(policy)

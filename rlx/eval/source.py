@@ -1,7 +1,9 @@
 """What `rlx-eval` evaluates and with which config, decided before any model is built.
 
 A run directory (its `.hydra/config.yaml` and its newest intact checkpoint, `ckpt/step_N`), one
-checkpoint (`RUN/ckpt/step_N`: the run's config, else the one stored in the checkpoint), or nothing:
+checkpoint (`RUN/ckpt/step_N`: the run's config, else the one stored in the checkpoint), an exported
+adapter (`rlx-export`'s directory: its `config.yaml` and bf16 adapter, verified against its `export.json`;
+rlx/eval/export_format.py), or nothing:
 the base model, composed from conf/ with Hydra overrides (`model=smollm2 task=gsm8k ...`). A run's
 config takes `key=value` overrides of its keys (evaluation settings, devices, eval sets), not config
 groups: those compose a new config, which would no longer be the run's.
@@ -20,10 +22,10 @@ GROUPS = ("model", "task", "rollout", "algo", "quant", "noise", "extrapolation",
 
 @dataclass
 class Source:
-    kind: str  # run | checkpoint | base
+    kind: str  # run | checkpoint | export | base
     path: Path | None = None  # what the command named
-    run_dir: Path | None = None
-    checkpoint: Path | None = None  # ckpt/step_N to load (None: the base)
+    run_dir: Path | None = None  # (an export: its own directory, where eval/step_N goes by default)
+    checkpoint: Path | None = None  # ckpt/step_N or the exported directory to load (None: the base)
     step: int = 0  # the policy's training step (the evaluation stream's seed, as in training)
     config_file: Path | None = None  # the run's .hydra/config.yaml, when the config comes from it
 
@@ -60,14 +62,20 @@ def newest_intact(ckpt_root: Path) -> tuple[Path, int]:
 
 
 def resolve(path: str | None) -> Source:
-    """The Source a command-line path names (None: the base); refuses what is not a run or a checkpoint."""
+    """The Source a command-line path names (None: the base); refuses what is not a run, a checkpoint or an
+    exported adapter (a corrupt one naming its bad file)."""
+    from rlx.eval.export_format import CONFIG, is_export, verify_export
     from rlx.run.checkpoint import MANIFEST, STEP_DIR, CorruptCheckpointError, verify
 
     if path is None:
         return Source("base")
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"{p} does not exist (expected a run directory or RUN/ckpt/step_N)")
+        raise FileNotFoundError(f"{p} does not exist (expected a run directory, RUN/ckpt/step_N or an exported "
+                                f"adapter)")
+    if is_export(p):
+        info = verify_export(p)  # every file's sha256 (ExportError, a ValueError, names the bad one)
+        return Source("export", Path(path), p, p, int(info["step"]), p / CONFIG)
     if p.name == "ckpt" and p.is_dir():
         p = p.parent
     if STEP_DIR.match(p.name) or (p / MANIFEST).is_file():
@@ -84,6 +92,19 @@ def resolve(path: str | None) -> Source:
                                 f"writes .hydra/config.yaml there) nor a checkpoint (RUN/ckpt/step_N with {MANIFEST})")
     ckpt, step = newest_intact(p / "ckpt")
     return Source("run", Path(path), p, ckpt, step, cfg_file)
+
+
+def load_weights(src: Source, policy) -> None:
+    """The source's trained weights into `policy` in place, verified again first: a checkpoint's adapter (or
+    full model), or an exported bf16 adapter cast to the dtype of the policy's adapter parameters."""
+    if src.kind == "export":
+        from rlx.eval.export_format import load_export
+
+        load_export(src.checkpoint, policy)
+        return
+    from rlx.run.checkpoint import Checkpointer
+
+    Checkpointer.load(src.checkpoint, policy)
 
 
 def _schema() -> DictConfig:

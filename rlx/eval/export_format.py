@@ -1,0 +1,123 @@
+"""The exported-adapter directory (written by `rlx-export`, rlx/eval/export.py; read by rlx-eval and rlx-merge):
+a LoRA checkpoint's adapter in bf16, small enough for git, with what it takes to evaluate it again.
+
+    OUT/adapter_model.safetensors   the checkpoint's adapter tensors, same names, cast to bfloat16
+    OUT/adapter_config.json         PEFT's config of the adapter (copied, when the checkpoint has one)
+    OUT/config.yaml                 the run's config, as rlx-eval reads it for the checkpoint
+    OUT/export.json                 format, version, source, step, dtype, the base's cache dir name, and the
+                                    size and sha256 of every other file
+
+No optimizer or trainer state. Reading verifies every file against export.json first (`verify_export`): a
+missing file, or a size or sha256 mismatch, is refused naming the file, before any model is built.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+FORMAT = "rlx-export"
+VERSION = 1
+INFO = "export.json"
+WEIGHTS = "adapter_model.safetensors"
+PEFT_CONFIG = "adapter_config.json"
+CONFIG = "config.yaml"
+DTYPE = torch.bfloat16
+
+
+class ExportError(ValueError):
+    """An exported directory that cannot be trusted: `file` (relative to it) and `reason`."""
+
+    def __init__(self, path: Path, file: str, reason: str):
+        self.path, self.file, self.reason = Path(path), file, reason
+        super().__init__(f"exported adapter {path}: {file} {reason}")
+
+
+def is_export(path: Path) -> bool:
+    return (Path(path) / INFO).is_file()
+
+
+def verify_export(path: Path) -> dict:
+    """export.json of `path` after checking every file it lists (size, sha256); raises ExportError naming
+    the first bad file."""
+    from rlx.run.checkpoint import _sha256
+
+    path = Path(path)
+    try:
+        info = json.loads((path / INFO).read_text())
+        files = info["files"]
+        if info.get("format") != FORMAT or not isinstance(files, dict):
+            raise ValueError(f"not an {FORMAT} file")
+        if info.get("version") != VERSION:
+            raise ValueError(f"version {info.get('version')!r}; this rlx reads version {VERSION}")
+        int(info["step"])
+        for rel, want in files.items():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ValueError(f"file {rel!r} is outside the directory")
+            if not (isinstance(want, dict) and isinstance(want.get("size"), int)
+                    and isinstance(want.get("sha256"), str)):
+                raise ValueError(f"entry of {rel!r} has no size and sha256")
+        for need in (WEIGHTS, CONFIG):
+            if need not in files:
+                raise ValueError(f"it does not list {need}")
+    except FileNotFoundError:
+        raise ExportError(path, INFO, "is missing") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ExportError(path, INFO, f"is corrupt: {e}") from None
+    for rel, want in files.items():
+        f = path / rel
+        if not f.is_file():
+            raise ExportError(path, rel, f"is missing (listed in {INFO})")
+        size = f.stat().st_size
+        if size != want["size"]:
+            raise ExportError(path, rel, f"is corrupt: {size} bytes, {INFO} says {want['size']} (truncated or "
+                                         f"overwritten)")
+        got = _sha256(f)
+        if got != want["sha256"]:
+            raise ExportError(path, rel, f"is corrupt: sha256 {got[:12]}... does not match {INFO} "
+                                         f"({want['sha256'][:12]}...)")
+    return info
+
+
+def read_export(path: Path) -> tuple[dict, dict]:
+    """(export.json, the bf16 adapter tensors by name), verified."""
+    from safetensors.torch import load_file
+
+    from rlx.run.checkpoint import non_finite_params
+
+    info = verify_export(path)
+    try:
+        weights = load_file(str(Path(path) / WEIGHTS))
+    except Exception as e:  # SafetensorError: bad header, ... (a file that matched its sha256 when written)
+        raise ExportError(path, WEIGHTS, f"is corrupt: unreadable safetensors ({type(e).__name__}: {e})") from None
+    bad = non_finite_params(None, weights)
+    if bad:
+        raise ExportError(path, WEIGHTS, f"holds non-finite weights: {bad[0][0]} has {bad[0][1]} nan/inf value(s)")
+    return info, weights
+
+
+@torch.no_grad()
+def load_export(path: Path, policy) -> dict:
+    """Verify `path` and load its adapter into the LoRA `policy` in place, each tensor cast to the dtype of the
+    adapter parameter it fills (bf16 -> fp32 is exact: the policy then holds the bf16 values). Every name and
+    shape is checked before the first copy; returns export.json."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    from rlx.models import has_lora
+
+    if not has_lora(policy):
+        raise ValueError(f"exported adapter {path}: the policy is not a LoRA model (model.finetune=full?); an "
+                         f"exported adapter loads into the LoRA policy of its own config.yaml")
+    info, weights = read_export(path)
+    want = get_peft_model_state_dict(policy)  # the names save_pretrained gives (the checkpoint's)
+    missing, unexpected = sorted(set(want) - set(weights)), sorted(set(weights) - set(want))
+    wrong = sorted(n for n in set(want) & set(weights) if want[n].shape != weights[n].shape)
+    if missing or unexpected or wrong:
+        raise ValueError(f"exported adapter {path}: {WEIGHTS} is not of this policy's adapter (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]}, other shapes {wrong[:3]}); load it with its own config.yaml")
+    res = set_peft_model_state_dict(policy, {n: w.to(want[n].dtype) for n, w in weights.items()})
+    if getattr(res, "unexpected_keys", None):
+        raise RuntimeError(f"exported adapter {path}: unexpected adapter keys {res.unexpected_keys[:5]}")
+    return info
