@@ -130,7 +130,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
               noise=noise, extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps), curriculum=shaping.curriculum,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=sampling, n_params=count_params(policy),
               world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
-              evaluate=Evaluator(task, cfg.rollout, sampling, cfg.seed, world, cfg.train.progress),
+              evaluate=Evaluator(task, cfg.rollout, sampling, cfg.seed, world, cfg.train.progress, Path(run_dir) / "eval"),
               update=Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
                                           else None, ref_policy=ref_policy, algo=shaping.algo))
     probe = [e.prompt for e in task.train[:64]] + [e.prompt for ex in task.eval_sets.values() for e in ex[:64]]

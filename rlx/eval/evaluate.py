@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -275,6 +276,7 @@ class Evaluator:
     seed: int
     world: object  # this rank: only rank 0 reports progress; N ranks size calls alike
     progress: bool  # train.progress: a bar, else log lines
+    out_root: Path | None = None  # RUN/eval: each evaluation's per-problem files go to out_root/step_N (rank 0)
 
     def __call__(self, schedule, policy, step: int) -> dict:
         g = eval_generator(self.seed, step)
@@ -282,4 +284,23 @@ class Evaluator:
         with schedule.serving(policy, step) as engine:  # the current policy, whatever the schedule samples from
             results = run_eval(engine, self.task, self.rollout, g, self.sampling, label=f"[eval] step {step}",
                                show=self.world.is_main, bar=bar, by_speed=not self.world.distributed)
-        return val_metrics(results, self.task.named_eval)
+        val = val_metrics(results, self.task.named_eval)
+        if self.out_root is not None and self.world.is_main:
+            self.write(step, results, val)
+        return val
+
+    def write(self, step: int, results: list[SetResult], val: dict) -> None:
+        """completions.jsonl, results.json and results.md in out_root/step_N, as rlx-eval writes them for the
+        step's checkpoint (the same directory and files): paired per-problem comparisons between any two
+        evaluations of a run (`python -m rlx.eval.paired`) need no second generation."""
+        from dataclasses import asdict
+
+        from rlx.eval.report import summarize, write
+
+        greedy, sampled = eval_sampling(self.rollout, self.sampling)
+        report = {"source": {"kind": "training", "path": None, "checkpoint": None, "step": step, "label": f"step_{step}"},
+                  "task": getattr(self.task, "name", type(self.task).__name__), "model": None,
+                  "engine": self.rollout.engine, "seed": self.seed, "ks": [],
+                  "sampling": {"n": results[0].k, "greedy": asdict(greedy), "samples": asdict(sampled) if sampled else None},
+                  "sets": summarize(results, []), "val": val}
+        write(self.out_root / f"step_{step}", report, results)

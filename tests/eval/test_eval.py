@@ -124,6 +124,20 @@ def test_rlx_eval_reproduces_the_runs_last_val_metrics(run_dir, tmp_path, capsys
     assert "[rlx-eval] step_2: 32 prompts: 32 greedy + 4 x 32 sampled" in capsys.readouterr().out
 
 
+def test_training_writes_each_evaluations_problems_as_rlx_eval_does(run_dir, tmp_path):
+    """Each of training's evaluations leaves RUN/eval/step_N/{completions.jsonl,results.json,results.md}: the rows
+    rlx-eval writes for step N's checkpoint (row for row), and the val/* the run logged; so a paired per-problem
+    comparison of two evaluations (rlx.eval.paired) needs no second generation."""
+    logged = {r["step"]: _val(r) for r in read_metrics(run_dir) if "val/acc" in r}
+    assert sorted(logged) == [0, 2] and sorted(p.name for p in (run_dir / "eval").iterdir()) == ["step_0", "step_2"]
+    for step, val in logged.items():
+        assert json.loads((run_dir / "eval" / f"step_{step}" / "results.json").read_text())["val"] == val
+    cli.main([str(run_dir), "--out", str(tmp_path / "c")])
+    mine, theirs = ((d / "completions.jsonl").read_text().splitlines() for d in (run_dir / "eval" / "step_2", tmp_path / "c"))
+    assert len(mine) == 32 * (1 + 4) and [json.loads(x) for x in mine] == [json.loads(x) for x in theirs]
+    assert "| set | prompts | greedy acc |" in (run_dir / "eval" / "step_0" / "results.md").read_text()
+
+
 def test_rlx_eval_on_the_base_reproduces_step_0(run_dir, tmp_path):
     first = next(r for r in read_metrics(run_dir) if r["step"] == 0)
     report = cli.main([*RUN, "--out", str(tmp_path / "b")])  # no path: the base, composed from conf/
