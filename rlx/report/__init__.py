@@ -12,7 +12,10 @@ e.g. `qerl_arm=lora_nvfp4`, or the swept config keys) and its config, and writes
   (fits by `rlx.scaling`).
 
 The layout is chosen by the sweep's `logger.group` (set by every `sweeps/*.yaml`) or `--layout`.
-Modules: `build` (layouts, the report), one module per paper's tables (`qerl`, `next`, `scalerl`),
+`--layout smollm2_gsm8k` (`gsm8k`) reports run directories of the real-GSM8K experiment, one per seed, with no sweep
+file: the three readings' paired per-problem intervals, the t-interval over seeds and ScaleRL's predictability, also
+as SWEEP_DIR/report.json (`--base`: the step-0 per-problem file of runs that lack one).
+Modules: `build` (layouts, the report), one module per paper's tables (`qerl`, `next`, `scalerl`, `gsm8k`),
 `tables` (shared cells), `sweeps` (layouts, arms through rlx.sweeps.spec, numbers from papers.yaml), `plots`,
 `cli`. Jobs are read by rlx.run.records; ScaleRL fits and verdicts come from rlx.scaling.
 """

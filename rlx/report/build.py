@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Callable
 
+from rlx.report.gsm8k import gsm8k_report
 from rlx.report.next import infer_next, next_tables
 from rlx.report.plots import plot_curves, plot_scaling
 from rlx.report.pretrained import infer_engine, infer_setting, pretrained_tables
@@ -51,22 +53,46 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
+# Layouts of run directories that no sweep file launched (one run per seed, `python -m rlx.train ... seed=S
+# hydra.run.dir=DIR/seedS`): the whole report from the runs, (root, jobs, plots, base) -> (markdown, PNGs, JSON).
+RUN_LAYOUTS: dict[str, Callable[..., tuple[str, list[Path], dict]]] = {
+    # real GSM8K (conf/experiment/smollm2_gsm8k.yaml; issue 43 items 3 and 5): readings, paired intervals, fits
+    "smollm2_gsm8k": gsm8k_report,
+}
+
+
+def layout_names() -> list[str]:
+    return sorted(LAYOUTS) + sorted(RUN_LAYOUTS)
+
+
 def detect_layout(jobs: list[Run]) -> str:
     groups = {j.get("logger.group") for j in jobs} - {None}
-    known = [g for g in groups if g in LAYOUTS]
+    known = [g for g in groups if g in LAYOUTS or g in RUN_LAYOUTS]
     if len(known) == 1:
         return known[0]
     raise ValueError(f"cannot tell the sweep's layout from logger.group ({sorted(map(str, groups)) or 'unset'}); "
-                     f"pass --layout, one of {', '.join(LAYOUTS)}")
+                     f"pass --layout, one of {', '.join(layout_names())}")
 
 
 def build_report(root: str | Path, layout: str | None = None, plots: bool = True) -> tuple[str, list[Path]]:
     """(markdown, PNG paths) for the sweep under root; nothing is written except the PNGs."""
+    md, pngs, _ = build(root, layout, plots)
+    return md, pngs
+
+
+def build(root: str | Path, layout: str | None = None, plots: bool = True, base: str | Path | None = None
+          ) -> tuple[str, list[Path], dict | None]:
+    """(markdown, PNG paths, the report's JSON document or None) for the runs under root; nothing is written
+    except the PNGs. base: the step-0 per-problem file of the RUN_LAYOUTS that take one (smollm2_gsm8k)."""
     root = Path(root)
     jobs = read_sweep(root, marker=".hydra/config.yaml")
     name = layout or detect_layout(jobs)
+    if name in RUN_LAYOUTS:
+        return RUN_LAYOUTS[name](root, jobs, plots=plots, base=base)
     if name not in LAYOUTS:
-        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(LAYOUTS)}")
+        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(layout_names())}")
+    if base is not None:
+        raise ValueError(f"--base is for the {', '.join(RUN_LAYOUTS)} layout, not {name}")
     lay = LAYOUTS[name]
     for j in jobs:
         j.arm = lay.arm_of(j)
@@ -99,4 +125,4 @@ def build_report(root: str | Path, layout: str | None = None, plots: bool = True
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs]
     lines += completions_section(jobs, root)
     lines += ["", "## Jobs", ""] + runs_table(jobs)
-    return "\n".join(lines) + "\n", pngs
+    return "\n".join(lines) + "\n", pngs, None

@@ -74,16 +74,27 @@ def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: floa
     return Stat(list(per_seed.values()), *not_ok_counts(jobs)).cell(scale, digits)
 
 
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float | None, float | None, float | None]:
+    """(mean, lo, hi): the mean with its Student-t interval (n - 1 degrees of freedom); lo, hi None for one value,
+    all None for none."""
+    if not values:
+        return None, None, None
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, None, None
+    from scipy.stats import t
+
+    sd = (sum((d - m) ** 2 for d in values) / (len(values) - 1)) ** 0.5
+    half = float(t.ppf(0.5 + level / 2, len(values) - 1)) * sd / len(values) ** 0.5
+    return m, m - half, m + half
+
+
 def paired_cell(diffs: list[float], fmt: str) -> str:
     """'mean [lo, hi] (n=k)': the mean paired difference with its 95% Student-t interval ('–' for fewer than 2)."""
     if len(diffs) < 2:
         return "–" if not diffs else fmt.format(diffs[0]) + " (n=1)"
-    from scipy.stats import t
-
-    m = sum(diffs) / len(diffs)
-    sd = (sum((d - m) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
-    half = t.ppf(0.975, len(diffs) - 1) * sd / len(diffs) ** 0.5
-    return f"{fmt.format(m)} [{fmt.format(m - half)}, {fmt.format(m + half)}] (n={len(diffs)})"
+    m, lo, hi = t_interval(diffs)
+    return f"{fmt.format(m)} [{fmt.format(lo)}, {fmt.format(hi)}] (n={len(diffs)})"
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
