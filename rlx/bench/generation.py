@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 ENGINES = ("hf", "vllm", "vllm_server")
-BASE = ["experiment=smollm2_gsm8k", "rollout.eval_k=0", "logger.mode=disabled"]
+BASE = ["experiment=smollm2_gsm8k", "model.sft.data=null", "rollout.eval_k=0", "logger.mode=disabled"]  # the pretrained model
 
 
 # ---- the CPU's bounds ------------------------------------------------------------------------------------

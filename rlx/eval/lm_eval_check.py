@@ -51,13 +51,13 @@ GSM8K_FILTER_LIST = [
 ]
 
 EPILOG = """commands (docs/eval.md, "Cross-checked against lm-evaluation-harness"):
-  python -m rlx.eval.lm_eval_check run experiment=smollm2_gsm8k trainer.dtype=fp32 trainer.threads=1 \\
-      rollout.engine=hf --out outputs/lmcheck/base --jobs 2
+  python -m rlx.eval.lm_eval_check run experiment=smollm2_gsm8k model.sft.data=null task.n_eval=200 \\
+      rollout.max_new_tokens=512 trainer.dtype=fp32 trainer.threads=1 rollout.engine=hf --out outputs/lmcheck/base --jobs 2
   python -m rlx.eval.lm_eval_check run RUN/ckpt/step_N trainer.threads=1 rollout.engine=hf task.n_eval=200 \\
       --out outputs/lmcheck/step_N --jobs 2
 or step by step:
-  python -m rlx.eval.lm_eval_check export experiment=smollm2_gsm8k trainer.dtype=fp32 --out outputs/lmcheck/task
-  python -m rlx.eval --out outputs/lmcheck/rlx_base experiment=smollm2_gsm8k rollout=hf trainer.dtype=fp32 trainer.threads=1 rollout.eval_chunk=50
+  python -m rlx.eval.lm_eval_check export experiment=smollm2_gsm8k model.sft.data=null trainer.dtype=fp32 --out outputs/lmcheck/task
+  python -m rlx.eval --out outputs/lmcheck/rlx_base experiment=smollm2_gsm8k model.sft.data=null rollout=hf trainer.dtype=fp32 trainer.threads=1 rollout.eval_chunk=50
   lm-eval run --model hf --model_args pretrained=MODEL_DIR,dtype=float32 --device cpu --include_path outputs/lmcheck/task \\
       --tasks rlx_gsm8k --apply_chat_template --log_samples --output_path outputs/lmcheck/lm_base --batch_size 50
   python -m rlx.eval.lm_eval_check compare --rlx outputs/lmcheck/rlx_base/completions.jsonl \\

@@ -137,4 +137,4 @@ def test_the_gsm8k_experiment_carves_500_disjoint_questions(monkeypatch):
     # x 1.5 tbsp = 540 tbsp, x $0.50 = $270
     assert t.eval[0].key == "train.jsonl:4296" and t.eval[0].answer == "270"
     assert t.eval[0].prompt.endswith("write the final answer on the last line as '#### <number>'.")
-    assert [e.key for e in build_task(compose(["experiment=smollm2_gsm8k"]).task).eval] == [e.key for e in t.eval][:200]
+    assert [e.key for e in build_task(compose(["experiment=smollm2_gsm8k", "task.n_eval=200"]).task).eval] == [e.key for e in t.eval][:200]
