@@ -42,7 +42,7 @@ def is_export(path: Path) -> bool:
 def verify_export(path: Path) -> dict:
     """export.json of `path` after checking every file it lists (size, sha256); raises ExportError naming
     the first bad file."""
-    from rlx.run.checkpoint import _sha256
+    from rlx.run.checkpoint import check_entries, check_files
 
     path = Path(path)
     try:
@@ -53,12 +53,7 @@ def verify_export(path: Path) -> dict:
         if info.get("version") != VERSION:
             raise ValueError(f"version {info.get('version')!r}; this rlx reads version {VERSION}")
         int(info["step"])
-        for rel, want in files.items():
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise ValueError(f"file {rel!r} is outside the directory")
-            if not (isinstance(want, dict) and isinstance(want.get("size"), int)
-                    and isinstance(want.get("sha256"), str)):
-                raise ValueError(f"entry of {rel!r} has no size and sha256")
+        check_entries(files, "directory")
         for need in (WEIGHTS, CONFIG):
             if need not in files:
                 raise ValueError(f"it does not list {need}")
@@ -66,18 +61,7 @@ def verify_export(path: Path) -> dict:
         raise ExportError(path, INFO, "is missing") from None
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ExportError(path, INFO, f"is corrupt: {e}") from None
-    for rel, want in files.items():
-        f = path / rel
-        if not f.is_file():
-            raise ExportError(path, rel, f"is missing (listed in {INFO})")
-        size = f.stat().st_size
-        if size != want["size"]:
-            raise ExportError(path, rel, f"is corrupt: {size} bytes, {INFO} says {want['size']} (truncated or "
-                                         f"overwritten)")
-        got = _sha256(f)
-        if got != want["sha256"]:
-            raise ExportError(path, rel, f"is corrupt: sha256 {got[:12]}... does not match {INFO} "
-                                         f"({want['sha256'][:12]}...)")
+    check_files(path, files, INFO, ExportError)
     return info
 
 

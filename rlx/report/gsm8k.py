@@ -333,7 +333,7 @@ def plot_gsm8k(results: list[RunResult], path: Path) -> Path | None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from rlx.report.plots import _smooth
+    from rlx.report.plots import _smooth, label_panels
 
     panels = [(key, f"held-out {LABEL[key]} (%)") for key, _, _ in READINGS] + [
         (TRAIN_REWARD, "train reward (thin: raw; thick: 5-step moving mean)")]
@@ -355,11 +355,7 @@ def plot_gsm8k(results: list[RunResult], path: Path) -> Path | None:
                 ax.plot(s, 100 * v, color=color, lw=1.4, marker="o", ms=3, label=label)
     if not drawn:
         return None
-    for ax, (_, title) in zip(axes, panels):
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("RL step")
-        ax.grid(True, alpha=0.25)
-    next((ax for ax in axes if ax.lines), axes[0]).legend(fontsize=7, loc="best")
+    label_panels(axes, panels)
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path

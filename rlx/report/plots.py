@@ -20,6 +20,15 @@ def _smooth(y: np.ndarray, window: int) -> np.ndarray:
     return np.convolve(pad, kernel, mode="valid")
 
 
+def label_panels(axes, panels) -> None:
+    """Titles, the step axis and a grid on each (key, title) panel; the legend on the first panel with lines."""
+    for ax, (_, title) in zip(axes, panels):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("RL step")
+        ax.grid(True, alpha=0.25)
+    next((ax for ax in axes if ax.lines), axes[0]).legend(fontsize=7, loc="best")
+
+
 def plot_curves(arms: dict[str, list[Run]], path: Path, labels: dict[str, str],
                 eval_key: str = "val/acc") -> Path | None:
     """Per arm: the mean over seeds of train reward, entropy and `eval_key` against the RL step (band: min-max)."""
@@ -55,11 +64,7 @@ def plot_curves(arms: dict[str, list[Run]], path: Path, labels: dict[str, str],
             drawn = True
     if not drawn:
         return None
-    for ax, (key, title) in zip(axes, panels):
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("RL step")
-        ax.grid(True, alpha=0.25)
-    next((ax for ax in axes if ax.lines), axes[0]).legend(fontsize=7, loc="best")
+    label_panels(axes, panels)
     fig.suptitle("mean over seeds (band: min-max); train panels smoothed over ~5% of the steps", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png")

@@ -122,6 +122,31 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def check_entries(files: dict, where: str) -> None:
+    """A listing's entries (manifest.json, an export's export.json): relative paths inside `where`, each with an
+    int size and a str sha256; ValueError naming the first bad entry."""
+    for rel, want in files.items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(f"file {rel!r} is outside the {where}")
+        if not (isinstance(want, dict) and isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)):
+            raise ValueError(f"entry of {rel!r} has no size and sha256")
+
+
+def check_files(path: Path, files: dict, listing: str, error) -> None:
+    """Every file `listing` (its name, for messages) lists under `path` exists with its size and sha256;
+    raises `error(path, file, reason)` for the first that does not."""
+    for rel, want in files.items():
+        f = path / rel
+        if not f.is_file():
+            raise error(path, rel, f"is missing (listed in {listing})")
+        size = f.stat().st_size
+        if size != want["size"]:
+            raise error(path, rel, f"is corrupt: {size} bytes, {listing} says {want['size']} (truncated or overwritten)")
+        got = _sha256(f)
+        if got != want["sha256"]:
+            raise error(path, rel, f"is corrupt: sha256 {got[:12]}... does not match {listing} ({want['sha256'][:12]}...)")
+
+
 def _files(step_dir: Path) -> list[str]:
     return sorted(rel for q in step_dir.rglob("*") if q.is_file() and (rel := q.relative_to(step_dir).as_posix()) != MANIFEST)
 
@@ -157,28 +182,13 @@ def verify(path: Path) -> dict:
         files = manifest["files"]
         if manifest.get("format") != "rlx-checkpoint" or not isinstance(files, dict):
             raise ValueError("not an rlx checkpoint manifest")
-        for rel, want in files.items():
-            if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise ValueError(f"file {rel!r} is outside the checkpoint")
-            if not (isinstance(want, dict) and isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)):
-                raise ValueError(f"entry of {rel!r} has no size and sha256")
+        check_entries(files, "checkpoint")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise CorruptCheckpointError(path, MANIFEST, f"is corrupt: {e}") from None
     for need in (STATE, ADAPTER if MODEL not in files else MODEL):
         if need not in files:
             raise CorruptCheckpointError(path, MANIFEST, f"is corrupt: it does not list {need}")
-    for rel, want in files.items():
-        f = path / rel
-        if not f.is_file():
-            raise CorruptCheckpointError(path, rel, "is missing (listed in manifest.json)")
-        size = f.stat().st_size
-        if size != want["size"]:
-            raise CorruptCheckpointError(path, rel, f"is corrupt: {size} bytes, manifest.json says {want['size']} "
-                                                    f"(truncated or overwritten)")
-        got = _sha256(f)
-        if got != want["sha256"]:
-            raise CorruptCheckpointError(path, rel, f"is corrupt: sha256 {got[:12]}... does not match manifest.json "
-                                                    f"({want['sha256'][:12]}...)")
+    check_files(path, files, MANIFEST, CorruptCheckpointError)
     return manifest
 
 
