@@ -6,7 +6,8 @@ data-parallel sharding and every caller of `engine.generate` run episodes withou
 environment tokens are `forced` (out of the loss), its `texts` are the final answers. Everything else
 (sync, weights, noise target, sleep, close, `between_steps`, `version`, `tok`) is the wrapped engine's.
 
-`metrics()` adds the episodes' counts since the last call (env/*) to the engine's own.
+`metrics()` adds the episodes' counts since the last call (env/*) to the engine's own; under torchrun
+(rlx.run.distributed.ShardedEngine) each rank's episodes are gathered first, so env/* count the whole batch.
 
 Per-turn rewards: each episode's sum of `Step.reward` goes into the batch's `env_reward` column ([N]), which
 the training loop adds to the task's rewards (rlx.train.score) before advantages are computed.
@@ -22,20 +23,30 @@ from rlx.rollout.base import RolloutBatch
 _OWN = ("engine", "make_env", "budget", "_window", "_lock")
 
 
+def episode_counts(ep) -> dict:
+    """What env/* need of one episode, small and picklable (it crosses ranks): policy turns, policy and
+    environment tokens, truncation, reward and the environment's info counts."""
+    return {"turns": sum(t.role == "policy" for t in ep.turns),
+            "policy_tokens": sum(len(t.ids) for t in ep.turns if t.role == "policy"),
+            "env_tokens": sum(len(t.ids) for t in ep.turns if t.role == "env"),
+            "truncated": float(ep.truncated), "reward": float(ep.reward), "info": dict(ep.info)}
+
+
 def episode_metrics(episodes) -> dict:
-    """env/* means over episodes: turns, policy and environment tokens, truncation, reward, info counts."""
+    """env/* means over episodes (Episode objects or their `episode_counts`): turns, policy and environment
+    tokens, truncation, reward, info counts."""
     if not episodes:
         return {}
-    n = len(episodes)
-    pol = [sum(len(t.ids) for t in ep.turns if t.role == "policy") for ep in episodes]
-    env = [sum(len(t.ids) for t in ep.turns if t.role == "env") for ep in episodes]
+    c = [e if isinstance(e, dict) else episode_counts(e) for e in episodes]
+    n = len(c)
     m = {"env/episodes": n,
-         "env/turns/mean": sum(sum(t.role == "policy" for t in ep.turns) for ep in episodes) / n,
-         "env/policy_tokens/mean": sum(pol) / n, "env/env_tokens/mean": sum(env) / n,
-         "env/truncated_frac": sum(ep.truncated for ep in episodes) / n,
-         "env/reward/mean": sum(ep.reward for ep in episodes) / n}
-    for k in sorted({k for ep in episodes for k in ep.info}):
-        m[f"env/{k}/mean"] = sum(ep.info.get(k, 0.0) for ep in episodes) / n
+         "env/turns/mean": sum(e["turns"] for e in c) / n,
+         "env/policy_tokens/mean": sum(e["policy_tokens"] for e in c) / n,
+         "env/env_tokens/mean": sum(e["env_tokens"] for e in c) / n,
+         "env/truncated_frac": sum(e["truncated"] for e in c) / n,
+         "env/reward/mean": sum(e["reward"] for e in c) / n}
+    for k in sorted({k for e in c for k in e["info"]}):
+        m[f"env/{k}/mean"] = sum(e["info"].get(k, 0.0) for e in c) / n
     return m
 
 
@@ -65,7 +76,14 @@ class EnvEngine:
             self._window.extend(out.episodes)
         return out.batch
 
-    def metrics(self) -> dict:
+    gathers_metrics = True  # rlx.run.distributed.ShardedEngine passes its gather to `metrics`
+
+    def metrics(self, gather=None) -> dict:
+        """The engine's metrics and env/* over the episodes since the last call; `gather` (every rank's list,
+        in rank order: a collective, so every rank calls it) makes env/* count all ranks' episodes."""
         with self._lock:
             episodes, self._window[:] = list(self._window), []
-        return {**self.engine.metrics(), **episode_metrics(episodes)}
+        counts = [episode_counts(ep) for ep in episodes]
+        if gather is not None:
+            counts = [c for part in gather(counts) for c in part]
+        return {**self.engine.metrics(), **episode_metrics(counts)}

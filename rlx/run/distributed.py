@@ -180,6 +180,13 @@ class ShardedEngine:
         parts = [b for b in self.world.gather(local) if b is not None]
         return RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
 
+    def metrics(self) -> dict:
+        """The wrapped engine's; an engine that counts what each rank generated (episodes: rlx.envs) is given
+        the gather, so its counts cover the whole batch as one process's would. Every rank calls this."""
+        if getattr(self.engine, "gathers_metrics", False):
+            return self.engine.metrics(gather=self.world.gather)
+        return self.engine.metrics()
+
 
 class DataParallel:
     """This rank's part of an update: which micro-batches it computes, the module its forward runs

@@ -154,9 +154,13 @@ def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch,
             assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3
 
 
-@pytest.mark.parametrize("mode", ["stale", "async"])
-def test_calculator_episodes_on_vllm_in_stale_and_async_modes(tmp_path, monkeypatch, mode):
-    """rollout=vllm with env=calculator under the stale schedule (each step's episodes from the policy exactly k
+@pytest.mark.parametrize("engine,mode", [
+    ("vllm", "stale"), ("vllm", "async"),
+    # the same on one local server (its start costs ~30 s each): marked slow to keep the suite inside CI's time
+    pytest.param("vllm_server", "stale", marks=pytest.mark.slow),
+    pytest.param("vllm_server", "async", marks=pytest.mark.slow)])
+def test_calculator_episodes_on_vllm_in_stale_and_async_modes(tmp_path, monkeypatch, engine, mode):
+    """rollout=vllm (colocated) or vllm_server with env=calculator under the stale schedule (each step's episodes from the policy exactly k
     updates back) and PipelineRL's async one (in-flight reloads inside and between turns): trains end to end,
     every environment token is a calculator reply outside the loss (counted), and the per-token versions keep
     the staleness bound across turns: at step s no token is older than s-1-k nor newer than s-1, versions never
@@ -168,7 +172,7 @@ def test_calculator_episodes_on_vllm_in_stale_and_async_modes(tmp_path, monkeypa
 
     k, steps = 1, 3
     seen = _spy_update(monkeypatch)
-    cfg = compose(TINY + CALC_VLLM + ["rollout=vllm", f"rollout.mode={mode}", f"rollout.max_staleness={k}",
+    cfg = compose(TINY + CALC_VLLM + [f"rollout={engine}", f"rollout.mode={mode}", f"rollout.max_staleness={k}",
                                       f"train.steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}"])
     assert rlx.train.run(cfg, tmp_path / "run")["status"] == "finished"
     rows = [r for r in read_metrics(tmp_path / "run") if r["step"] > 0 and "env/turns/mean" in r]

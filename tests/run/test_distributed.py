@@ -194,6 +194,23 @@ def test_vllm_per_rank_samples_what_one_vllm_engine_samples(tmp_path):
     assert_same_run(_rows(tmp_path / "one"), _rows(tmp_path / "two"), range(4))
 
 
+# multi-turn episodes on both ranks: the calculator environment wraps each rank's engine (before the torchrun
+# wrap), each rank runs its share of the episodes, and the environment's counts and env_reward are gathered;
+# the SFT base calls the tool in half of its demonstrations, so the episodes hold tool calls and replies
+CALC = ["model.sft.steps=300", "model.sft.demo_prefix='<calc>1</calc>'", "model.sft.demo_prefix_frac=0.5",
+        "env=calculator", "env.instructions=''", "rollout.max_new_tokens=64", "rollout.eval_k=0"]
+
+
+@pytest.mark.slow  # two SFT-base builds and four engines: ~3 min on 2 cores
+def test_calculator_episodes_on_two_ranks_train_what_one_process_trains(tmp_path):
+    _run(1, tmp_path / "one", *VLLM, *CALC)
+    _run(2, tmp_path / "two", *VLLM, *CALC)
+    one, two = _rows(tmp_path / "one"), _rows(tmp_path / "two")
+    steps = [r for r in one if r["step"] > 0]
+    assert steps and all(r["env/tool_calls/mean"] > 0 and r["env/env_tokens/mean"] > 0 for r in steps)
+    assert_same_run(one, two, range(4))
+
+
 def test_slurm_tasks_become_torch_distributed_ranks():
     from rlx.run.distributed import env_from_slurm
 
