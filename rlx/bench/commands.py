@@ -17,6 +17,7 @@ def _run(module: str) -> int:
 
 
 quant = partial(_run, "quant")
+quant_error = partial(_run, "quant_error")
 rollout = partial(_run, "rollout")
 vs_trl = partial(_run, "vs_trl")
 vllm_sync = partial(_run, "vllm_sync")

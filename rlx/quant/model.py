@@ -44,6 +44,38 @@ def _shared_global_scales(targets: dict[str, nn.Linear]) -> dict[str, torch.Tens
     return shared
 
 
+def target_linears(layer: nn.Module, targets) -> dict[str, nn.Linear]:
+    """The nn.Linear modules of one decoder block that quant.targets names (by module-name suffix)."""
+    return {name: module for name, module in layer.named_modules()
+            if isinstance(module, nn.Linear) and _short(name) in targets}
+
+
+@torch.no_grad()
+def quantized_weights(model: nn.Module, cfg: QuantConfig):
+    """Yield (block index, name inside the block, nn.Linear, QuantizedTensor) for every layer quantize_model
+    replaces, quantized exactly as it does (nvfp4's global scale shared per fused group, nf4's double
+    quantization); the model is left as it is. Refuses an unknown format or kernel and targets that match
+    no nn.Linear (after the last block)."""
+    get_format(cfg.format)  # unknown names fail here
+    if cfg.kernel not in KERNELS:
+        raise ValueError(f"quant.kernel must be one of {KERNELS}, got {cfg.kernel!r}")
+    found = 0
+    for index, layer in enumerate(decoder_layers(model)):
+        targets = target_linears(layer, cfg.targets)
+        shared = _shared_global_scales(targets) if cfg.format == "nvfp4" and cfg.fuse_global_scales else {}
+        for name, linear in targets.items():
+            kwargs = {}
+            if name in shared:
+                kwargs["global_scale"] = shared[name]
+            if cfg.format == "nf4":
+                kwargs["double_quant"] = cfg.double_quant
+            found += 1
+            yield index, name, linear, quantize(linear.weight, cfg.format, **kwargs)
+        del targets
+    if found == 0:
+        raise ValueError(f"quant.targets {list(cfg.targets)} matched no nn.Linear inside the decoder blocks")
+
+
 @torch.no_grad()
 def quantize_model(model: nn.Module, cfg: QuantConfig) -> nn.Module:
     """Replace the targeted nn.Linear layers of every decoder block by frozen packed QuantLinear.
@@ -53,29 +85,9 @@ def quantize_model(model: nn.Module, cfg: QuantConfig) -> nn.Module:
     """
     if cfg.format == "none":
         return model
-    get_format(cfg.format)  # unknown names fail here
-    if cfg.kernel not in KERNELS:
-        raise ValueError(f"quant.kernel must be one of {KERNELS}, got {cfg.kernel!r}")
-    replaced = 0
-    for layer in decoder_layers(model):
-        targets = {
-            name: module
-            for name, module in layer.named_modules()
-            if isinstance(module, nn.Linear) and _short(name) in cfg.targets
-        }
-        shared = _shared_global_scales(targets) if cfg.format == "nvfp4" and cfg.fuse_global_scales else {}
-        for name, linear in targets.items():
-            kwargs = {}
-            if name in shared:
-                kwargs["global_scale"] = shared[name]
-            if cfg.format == "nf4":
-                kwargs["double_quant"] = cfg.double_quant
-            qweight = quantize(linear.weight, cfg.format, **kwargs)
-            _replace(layer, name, QuantLinear(qweight, linear.bias, kernel=cfg.kernel))
-            replaced += 1
-        del targets
-    if replaced == 0:
-        raise ValueError(f"quant.targets {list(cfg.targets)} matched no nn.Linear inside the decoder blocks")
+    layers = decoder_layers(model)
+    for index, name, linear, qweight in quantized_weights(model, cfg):
+        _replace(layers[index], name, QuantLinear(qweight, linear.bias, kernel=cfg.kernel))
     return model
 
 
