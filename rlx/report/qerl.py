@@ -32,10 +32,11 @@ def infer_qerl(j: Run) -> str:
 
 
 def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], sweep: str = "qerl_table1",
-                row: str = "rlx tiny (this sweep)", sixteen_bit: str = "the unquantized base (fp32 for the tiny model)"
-                ) -> list[str]:
-    """Table 1 over the arms of sweeps/<sweep>.yaml (and the base columns of their formats), the paper's rows
-    beside ours; then the entropy table and AQN's per-seed windows."""
+                row: str = "rlx tiny (this sweep)", sixteen_bit: str = "the unquantized base (fp32 for the tiny model)",
+                order: list[str] | None = None, pairs: tuple = None) -> list[str]:
+    """Table 1 over the arms of sweeps/<sweep>.yaml (or `order`) and the base columns of their formats, the
+    paper's rows beside ours; then the entropy table, the paired arms (`pairs`, default PAIRS) and AQN's
+    per-seed windows."""
     paper = papers()["qerl"]
     labels = paper["labels"]
     # a "no RL" row is the step-0 evaluation (identical to val/acc when train.steps=0); when the sweep
@@ -44,7 +45,7 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], sweep: str = "qerl_
     for fmt in FORMATS:
         src = arms.get(f"base_{fmt}") or arms.get(f"lora_{fmt}") or arms.get(f"lora_{fmt}_aqn") or []
         base_of[fmt] = (src, f"base_{fmt}" in arms)
-    order = arm_axis(sweep)[1]
+    order = tuple(order) if order is not None else arm_axis(sweep)[1]
     lora = [a for a in order if not a.startswith("base_")]
     bases = [a for a in order if a.startswith("base_")] or list(dict.fromkeys(f"base_{base_format(a)}" for a in lora))
     cols = bases + (["full_ft"] if sweep == "qerl_table1" else []) + lora
@@ -70,7 +71,8 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], sweep: str = "qerl_
     if any(not direct and src for src, direct in base_of.values()):
         out += ["", "† no base arm in this sweep: the step-0 evaluation of that format's LoRA runs (the same model, "
                 "LoRA B = 0)."]
-    return out + exploration_table(arms, labels) + paired_arms_table(arms, labels) + aqn_windows_table(arms)
+    return (out + exploration_table(arms, labels) + paired_arms_table(arms, labels, PAIRS if pairs is None else pairs)
+            + aqn_windows_table(arms))
 
 
 def exploration_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
@@ -134,11 +136,11 @@ def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
 PAIRS = (("lora_nvfp4", "lora_none"), ("lora_nvfp4_aqn", "lora_nvfp4"), ("lora_nvfp4_aqn", "lora_none"))
 
 
-def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
+def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str], pairs: tuple = PAIRS) -> list[str]:
     """Arm against arm at the same seed (same problems, same sampling seeds): the differences in final val/acc,
     in the gain over each arm's own base, and in mean rollout entropy, with their 95% t-interval over seeds."""
     rows = []
-    for a, b in PAIRS:
+    for a, b in pairs:
         left = {j.seed: j for j in arms.get(a, []) if j.ok}
         right = {j.seed: j for j in arms.get(b, []) if j.ok}
         seeds = sorted(set(left) & set(right), key=str)

@@ -61,11 +61,22 @@ def train_command(name: str, overrides: list[str], sweeps_dir: Path = SWEEPS_DIR
             *overrides]
 
 
+def fixed_sweep_dir(name: str) -> str | None:
+    """The sweep file's own hydra.sweep.dir when it is a fixed path (no interpolation such as ${now:...}): a
+    sweep that resumes when its command is run again. None otherwise."""
+    try:
+        value = ((sweep_file(name).get("hydra") or {}).get("sweep") or {}).get("dir")
+    except FileNotFoundError:
+        return None
+    return value if isinstance(value, str) and value and "${" not in value else None
+
+
 def sweep_dir_of(name: str, overrides: list[str]) -> tuple[str, list[str]]:
-    """(the sweep directory, the overrides with hydra.sweep.dir set): the given one, else a new timestamp."""
+    """(the sweep directory, the overrides with hydra.sweep.dir set): the given one, else the sweep file's fixed
+    one (the same command resumes the same sweep), else a new timestamp."""
     for o in overrides:
         key, sep, value = o.partition("=")
         if sep and key.lstrip("+") == "hydra.sweep.dir":
             return value, overrides
-    path = f"outputs/sweeps/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    path = fixed_sweep_dir(name) or f"outputs/sweeps/{name}/{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     return path, [*overrides, f"hydra.sweep.dir={path}"]

@@ -17,7 +17,9 @@ def test_each_layouts_arms_are_its_sweep_files_axis():
         "mini_qerl": "qerl_arm", "mini_next": "mini_next_arm", "mini_scalerl": "algo",
         "smollm2_wordproblems": None,  # seeds only: its arm is the job's rollout engine
         "smollm2_tune": None,  # sweeps algo.lr, no config group: its arm is the job's setting
-        "smollm2_qerl": "qerl_arm"}
+        "smollm2_qerl": "qerl_arm",
+        "smollm2_qerl_tuned": "qerl_tuned_arm",  # an arm file per (arm, lr); the report's arm is read from the config
+        "smollm2_next": "smollm2_next_arm"}
     # a calibrated mini testbed renders with its paper sweep's tables
     for mini, paper in [("mini_qerl", "qerl_table1"), ("mini_next", "next_table"), ("mini_scalerl", "scalerl_losses")]:
         assert (LAYOUTS[mini].tables, LAYOUTS[mini].infer) == (LAYOUTS[paper].tables, LAYOUTS[paper].infer)

@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from rlx.config import register_configs
 from tests.conftest import compose
+from rlx.sweeps.spec import arm_axis, arm_settings
 from tests.sweeps.sweep_helpers import EXPERIMENTS, SWEEP_NAMES, compose_sweep, composed_job, sweep_axes, sweep_jobs
 
 register_configs()  # the schema every config composes onto
@@ -36,8 +37,8 @@ def validate(cfg) -> None:
 
 def test_the_five_paper_tables_have_a_sweep_file():
     assert SWEEP_NAMES == ["mini_next", "mini_qerl", "mini_scalerl", "next_table", "qerl_speed", "qerl_table1",
-                           "scalerl_loo", "scalerl_losses", "scalerl_offpolicy", "smollm2_qerl", "smollm2_tune",
-                           "smollm2_wordproblems"]
+                           "scalerl_loo", "scalerl_losses", "scalerl_offpolicy", "smollm2_next", "smollm2_qerl",
+                           "smollm2_qerl_tuned", "smollm2_tune", "smollm2_wordproblems"]
 
 
 TUNING = {"smollm2_tune": "smollm2_wordproblems"}  # a tuning sweep -> the sweep that runs its choice on 3 seeds
@@ -105,6 +106,85 @@ def test_smollm2_qerl_is_qerls_three_arms_on_the_tuned_recipe_in_fp32_on_vllm():
             assert (c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (1e-2, 5e-4, 10)
     assert cols == {("none", "none"), ("nvfp4", "none"), ("nvfp4", "aqn")}
     assert set(sweep_axes("smollm2_qerl")["seed"]) == {"0", "1", "2"}
+
+
+def _arm(job: list[str], key: str) -> str:
+    return dict(o.split("=", 1) for o in job)[key]
+
+
+def test_smollm2_qerl_tuned_gives_each_arm_its_own_lr_grid_on_the_tuned_recipe():
+    tuned = compose(["experiment=smollm2_wordproblems"])
+    sixteen = tuned.algo.lr
+    assert sixteen == 3e-4  # the lr sweeps/smollm2_tune.yaml chose on the 16-bit base
+    grids: dict = {}
+    for job, c in _jobs("smollm2_qerl_tuned"):
+        arm = (c.quant.format, c.noise.type)
+        grids.setdefault(arm, set()).add(c.algo.lr)
+        assert float(_arm(job, "qerl_tuned_arm").rsplit("_lr", 1)[1]) == c.algo.lr  # the file's name says its lr
+        assert c.rollout == tuned.rollout and c.model == tuned.model and c.task == tuned.task
+        assert {k: v for k, v in c.algo.items() if k != "lr"} == {k: v for k, v in tuned.algo.items() if k != "lr"}
+        assert c.trainer.dtype == "fp32" and c.rollout.engine == "vllm" and c.train.steps == tuned.train.steps == 100
+        assert c.quant.double_quant == (c.quant.format == "nf4")  # QLoRA's double quantization
+        if c.noise.type == "aqn":  # QeRL's scripts: 1e-2 -> 1e-4 over 10 stages, the first noise-free
+            assert (c.noise.schedule, c.noise.sigma_start, c.noise.sigma_end, c.noise.stages) == (
+                "exponential", 1e-2, 1e-4, 10)
+    assert grids == {("none", "none"): {1.5e-4, 3e-4, 6e-4},  # x0.5, x1, x2 the tuned lr
+                     ("nvfp4", "none"): {3e-4, 6e-4, 1.2e-3},  # x1, x2 (QeRL's ratio), x4
+                     ("nvfp4", "aqn"): {3e-4, 6e-4, 1.2e-3},
+                     ("nf4", "none"): {3e-4, 6e-4, 1.2e-3}}
+    for arm, lrs in grids.items():
+        assert len(lrs) >= 3 and (arm == ("none", "none") or 2 * sixteen in lrs)
+    assert sweep_axes("smollm2_qerl_tuned")["seed"] == ["0"]  # stage 1; stage 2's seeds come on its command line
+    key, arms = arm_axis("smollm2_qerl_tuned")
+    assert set(arms) == set(arm_settings(key))  # every arm file is swept, every swept arm has a file
+
+
+def test_aqn_schedule_of_the_tuned_sweep_by_hand():
+    from rlx.noise.schedules import sigma_at
+
+    job = next(j for j, c in _jobs("smollm2_qerl_tuned") if c.noise.type == "aqn")
+    cfg = composed_job("smollm2_qerl_tuned", tuple(job))
+    steps = cfg.train.steps  # 100 steps, 10 stages of 10 steps; stage k >= 1: 1e-2 * (1e-4 / 1e-2) ** ((k - 1) / 8)
+    sigma = [sigma_at(s, steps, cfg.noise)[0] for s in range(steps)]
+    assert sigma[:10] == [0.0] * 10  # stage 0 noise-free
+    assert sigma[10:20] == [1e-2] * 10  # stage 1: sigma_start
+    assert sigma[30] == pytest.approx(1e-2 * 10 ** -0.5)  # stage 3: (3 - 1) / 8 of the way in log -> 3.162e-3
+    assert sigma[50] == pytest.approx(1e-3)  # stage 5: half way in log
+    assert sigma[90:] == [1e-4] * 10  # stage 9: sigma_end
+
+
+def test_smollm2_next_is_plain_lora_at_n_and_1_6n_against_next_at_n_with_alpha_swept():
+    tuned = compose(["experiment=smollm2_wordproblems"])
+    arms = {_arm(job, "smollm2_next_arm"): c for job, c in _jobs("smollm2_next")}
+    n = arms["none_n"].train.steps
+    assert n == 50 and arms["none_long"].train.steps == round(1.6 * n) == 80
+    assert {a: (c.extrapolation.type, c.train.steps) for a, c in arms.items()} == {
+        "none_n": ("none", n), "none_long": ("none", 80), "next": ("next", n), "next_alpha0.5": ("next", n),
+        "next_alpha2.5": ("next", n)}
+    assert {a: c.extrapolation.alpha for a, c in arms.items() if a.startswith("next")} == {
+        "next": 1.5, "next_alpha0.5": 0.5, "next_alpha2.5": 2.5}  # the paper's 1.5 and its stable range's ends
+    for arm, c in arms.items():
+        # the task, verifier and recipe of experiment=smollm2_wordproblems; fp32 so a resume may change machines
+        assert c.rollout == tuned.rollout and c.task == tuned.task and c.algo == tuned.algo and c.model == tuned.model
+        assert c.trainer.dtype == "fp32" and c.train.eval_every == 10
+        if c.extrapolation.type == "next":
+            x = c.extrapolation
+            assert list(x.extend_at) == [round(0.6 * n)]  # the paper's jump at 150 of 250
+            assert x.interval / n == pytest.approx(10 / 250) and x.horizon / n == pytest.approx(50 / 250)
+            assert (x.hidden, x.epochs, x.min_lr_ratio, x.reset_optimizer) == (256, 1000, 0.1, True)
+    assert sweep_axes("smollm2_next")["seed"] == ["0", "1", "2"]
+    key, names = arm_axis("smollm2_next")
+    assert set(names) == set(arm_settings(key))
+
+
+@pytest.mark.parametrize("name,key", [("smollm2_qerl_tuned", "qerl_tuned_arm"), ("smollm2_next", "smollm2_next_arm")])
+def test_issue_44_sweeps_resume_in_a_fixed_directory_per_arm_and_seed(name, key):
+    from rlx.sweeps.spec import sweep_dir_of
+
+    cfg = compose_sweep(name, hydra=True)
+    assert "${" not in cfg.hydra.sweep.dir  # no timestamp: the same command finds the same jobs
+    assert sweep_dir_of(name, []) == (cfg.hydra.sweep.dir, [f"hydra.sweep.dir={cfg.hydra.sweep.dir}"])
+    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == f"${{hydra.runtime.choices.{key}}}_seed${{seed}}"
 
 
 def test_qerl_speed_covers_every_format_at_batch_2_and_8():

@@ -1,0 +1,147 @@
+"""QeRL on SmolLM2 with each arm's own learning rate (sweeps/smollm2_qerl_tuned.yaml): the training-side lr choice
+(rlx.report.select_lr), QeRL's tables at each arm's chosen lr, the verdict on each of the paper's claims, and
+why the arms differ (zero-variance groups, truncation, trainer-vs-engine mismatch).
+
+A job's arm is read from its config (quantization format and noise: rlx.report.qerl.infer_qerl), not from its
+arm file, so the runs of one arm at several lrs (stage 1) are one arm here, split by algo.lr.
+"""
+
+from __future__ import annotations
+
+from rlx.report.pretrained import pretrained_tables
+from rlx.report.qerl import PAIRS, infer_qerl, qerl_tables
+from rlx.report.select_lr import lr_of, select, selection_table
+from rlx.report.sweeps import Layout, papers
+from rlx.report.tables import first_tenth_mean, md_table, mean_metric, paired_cell, stat, t_interval
+from rlx.run.records import Run
+from rlx.sweeps.spec import arm_axis
+
+SWEEP = "smollm2_qerl_tuned"
+ARMS = ("lora_none", "lora_nvfp4", "lora_nvfp4_aqn", "lora_nf4")
+TUNED_PAIRS = PAIRS + (("lora_nvfp4", "lora_nf4"),)
+
+
+class TunedLayout(Layout):
+    """The arms are QeRL's four, from each job's config; the arm file (arm and lr) stays in the job's overrides."""
+
+    @property
+    def order(self) -> list[str]:
+        return list(ARMS)
+
+    def arm_of(self, job: Run) -> str:
+        return infer_qerl(job)
+
+
+def at_chosen_lr(arms: dict[str, list[Run]]) -> tuple[dict[str, list[Run]], dict]:
+    """({arm: its runs at its chosen lr}, the choices): an arm run at one lr (stage 2) keeps all its runs, finished
+    or not; an arm run at several (stage 1) keeps those at its chosen lr, or is left out while undecided."""
+    choices = select([j for js in arms.values() for j in js], lambda j: j.arm, arm_key=arm_axis(SWEEP)[0])
+    kept = {}
+    for arm, js in arms.items():
+        lrs = {lr_of(j) for j in js}
+        if len(lrs) == 1:
+            kept[arm] = js
+        elif arm in choices and choices[arm].decided:
+            kept[arm] = [j for j in js if lr_of(j) == choices[arm].lr]
+    return kept, choices
+
+
+def _paired(arms: dict[str, list[Run]], a: str, b: str, value) -> list[float]:
+    left = {j.seed: j for j in arms.get(a, []) if j.ok}
+    right = {j.seed: j for j in arms.get(b, []) if j.ok}
+    out = []
+    for seed in sorted(set(left) & set(right), key=str):
+        x, y = value(left[seed]), value(right[seed])
+        if x is not None and y is not None:
+            out.append(x - y)
+    return out
+
+
+def _acc(j: Run):
+    v = j.summary.get("val/acc")
+    return None if v is None else 100 * float(v)
+
+
+CLAIMS = (  # (claim, arm, against, value, format)
+    ("NVFP4 LoRA >= 16-bit LoRA (final accuracy)", "lora_nvfp4", "lora_none", _acc, "{:+.1f}"),
+    ("AQN raises policy entropy (mean over RL steps)", "lora_nvfp4_aqn", "lora_nvfp4", mean_metric("actor/entropy"),
+     "{:+.4f}"),
+    ("AQN raises accuracy (final)", "lora_nvfp4_aqn", "lora_nvfp4", _acc, "{:+.1f}"),
+    ("NVFP4 LoRA beats QLoRA (final accuracy)", "lora_nvfp4", "lora_nf4", _acc, "{:+.1f}"),
+)
+
+
+def verdict(diffs: list[float]) -> str:
+    """From the paired differences' 95% t-interval: holds (above 0), does not hold (below 0), or not resolved."""
+    if len(diffs) < 2:
+        return "not resolved (fewer than 2 paired seeds)"
+    _, lo, hi = t_interval(diffs)
+    if lo > 0:
+        return "holds (interval above 0)"
+    if hi < 0:
+        return "does not hold (interval below 0)"
+    return "not resolved (interval spans 0)"
+
+
+def claims_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
+    rows = []
+    for claim, a, b, value, fmt in CLAIMS:
+        diffs = _paired(arms, a, b, value)
+        rows.append([claim, f"{labels.get(a, a)} - {labels.get(b, b)}", paired_cell(diffs, fmt), verdict(diffs)])
+    return ["", "### The paper's claims, seed by seed", "",
+            "Paired over the seeds both arms finished, each arm at its own lr: mean difference [95% t-interval] "
+            "(n seeds). Accuracy in points.", ""] + md_table(["claim", "difference", "paired difference", "verdict"],
+                                                             rows)
+
+
+WHY = (  # (column, metric, reducer, scale)
+    ("zero-variance groups %", "train/frac_reward_zero_std", None, 100),
+    ("zero-variance groups %, first 10% of steps", "train/frac_reward_zero_std", first_tenth_mean, 100),
+    ("truncated completions %", "response_length/clip_ratio", None, 100),
+    ("truncated %, first 10% of steps", "response_length/clip_ratio", first_tenth_mean, 100),
+    ("trainer-engine KL (rollout_corr/kl)", "rollout_corr/kl", None, 1),
+    ("trainer-engine |logp diff| (rollout/logprob_diff/mean)", "rollout/logprob_diff/mean", None, 1),
+)
+
+
+def why_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
+    """Per arm: how many groups gave no gradient, how many completions hit the length cap, and how far the
+    engine's log-probs were from the trainer's (mean over RL steps, then mean ± std over seeds)."""
+    rows = []
+    for arm, js in arms.items():
+        cells = []
+        for _, metric, reducer, scale in WHY:
+            fn = mean_metric(metric) if reducer is None else mean_metric(metric, reducer=reducer)
+            s = stat(js, fn)
+            cells.append(s.cell(scale, 1 if scale == 100 else 6))
+        rows.append([labels.get(arm, arm)] + cells)
+    return ["", "### Why the arms differ", "",
+            "Per run, the mean over RL steps (or over its first 10% of steps), then mean ± std over seeds. A "
+            "zero-variance group (every sample rewarded alike) gives no gradient; a truncated completion hit "
+            "rollout.max_new_tokens; the trainer-engine mismatch compares the engine's behaviour log-probs with "
+            "the trainer's (AQN's noise lives in the engine's weights only).", ""] + md_table(
+        ["arm"] + [c for c, *_ in WHY], rows)
+
+
+def tuned_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
+    labels = papers()["qerl"]["labels"]
+    chosen, choices = at_chosen_lr(arms)
+    out = ["## Learning rate per arm (training side)", ""]
+    if all(len(c.lrs) == 1 for c in choices.values()):  # stage 2: the lrs were chosen by stage 1's sweep
+        out += ["Each arm ran at one lr (chosen on stage 1's training reward: `python -m rlx.report.select_lr "
+                "<stage 1 directory>`): " + ", ".join(f"{labels.get(a, a)} {c.lrs[0].lr:g}"
+                                                      for a, c in choices.items()) + ".", ""]
+    else:
+        out += selection_table(choices, labels) + [""]
+    if not chosen:
+        return out + ["No arm is decided yet: the tables below need each arm's runs at its chosen lr."]
+    jobs_at = [j for js in chosen.values() for j in js]
+    out += [f"The tables below use each arm's runs at its chosen lr only ({len(jobs_at)} of {len(jobs)} runs).", ""]
+    out += qerl_tables(chosen, jobs_at, sweep=SWEEP, row="rlx SmolLM2-135M (each arm at its lr)",
+                       sixteen_bit="the unquantized base (fp32)", order=list(ARMS), pairs=TUNED_PAIRS)
+    out += claims_table(chosen, labels) + why_table(chosen, labels)
+    return out + [""] + pretrained_tables(chosen, jobs_at, heading="arm: ")
+
+
+LAYOUT = TunedLayout(SWEEP, "QeRL on SmolLM2-135M, each arm at its own lr (word problems, fp32, vLLM)", infer_qerl,
+                     tuned_tables, papers()["qerl"]["labels"])
