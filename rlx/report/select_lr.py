@@ -1,5 +1,6 @@
 """Each arm's learning rate, chosen on the training side of a tuning sweep (stage 1 of
-sweeps/smollm2_qerl_tuned.yaml): `python -m rlx.report.select_lr STAGE1_DIR [--metric KEY] [--last N]` (console: rlx-select-lr).
+sweeps/smollm2_qerl_tuned.yaml): `python -m rlx.report.select_lr STAGE1_DIR [--metric KEY] [--last N]`
+(console: rlx-select-lr).
 
 An arm's score at one lr is the mean of `--metric` (default train/reward/mean: the reward of the rollouts
 the run trained on) over the run's last `--last` logged steps (default 20), averaged over the lr's finished
