@@ -79,7 +79,7 @@ def prepare(argv: list[str] | None = None):
     return args, cfg, formats, configs
 
 
-def layer_inputs(cfg, model, tok, task, targets, n_prompts: int, rows: int):
+def layer_inputs(model, tok, task, targets, n_prompts: int, rows: int):
     """X per targeted layer over the first n_prompts training prompts, one prompt per forward (no padding)."""
     import torch
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     inputs, prompts = (None, [])
     if args.prompts:
         targets = next(iter(configs.values())).targets
-        inputs, prompts = layer_inputs(cfg, model, tok, task, targets, args.prompts, args.rows)
+        inputs, prompts = layer_inputs(model, tok, task, targets, args.prompts, args.rows)
     try:
         rows = model_errors(model, configs, inputs)
     except ValueError as e:  # no decoder blocks, or targets that match no linear layer
