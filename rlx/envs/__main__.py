@@ -16,24 +16,10 @@ import time
 import torch
 
 
-def transcript(tok, batch, r: int) -> str:
-    """Row r's completion with the environment's tokens in [[...]]."""
-    L, out, run, env = int(batch.completion_mask[r].sum()), [], [], False
-    for t, forced in zip(batch.completion_ids[r, :L].tolist(), batch.forced[r, :L].tolist()):
-        if forced != env and run:
-            out.append(f"[[{tok.decode(run)}]]" if env else tok.decode(run))
-            run = []
-        run.append(t)
-        env = forced
-    if run:
-        out.append(f"[[{tok.decode(run)}]]" if env else tok.decode(run))
-    return "".join(out)
-
-
 def main(argv: list[str] | None = None) -> None:
     from rlx.envs import check_env, instruction_tokens, wrap_engine
     from rlx.envs.driver import run_episodes
-    from rlx.envs.engine import episode_metrics
+    from rlx.envs.engine import episode_metrics, transcript
     from rlx.eval.source import base_config
     from rlx.models import base_dir, build_policy
     from rlx.models.forward import token_logprobs

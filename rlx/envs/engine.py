@@ -50,6 +50,21 @@ def episode_metrics(episodes) -> dict:
     return m
 
 
+def transcript(tok, batch, r: int) -> str:
+    """Row r's completion with the tokens the policy did not sample (`forced`: environment replies, an
+    interruption phrase) in [[...]]: what an episode looked like, where `texts` holds only its last turn."""
+    L, out, run, env = int(batch.completion_mask[r].sum()), [], [], False
+    for t, forced in zip(batch.completion_ids[r, :L].tolist(), batch.forced[r, :L].tolist()):
+        if forced != env and run:
+            out.append(f"[[{tok.decode(run)}]]" if env else tok.decode(run))
+            run = []
+        run.append(t)
+        env = forced
+    if run:
+        out.append(f"[[{tok.decode(run)}]]" if env else tok.decode(run))
+    return "".join(out)
+
+
 class EnvEngine:
     """`engine` with multi-turn `generate`: each row an episode of `make_env()` under `budget`."""
 

@@ -50,6 +50,9 @@ class SetResult:
     # the benchmark's own readings (rlx.eval.readings), beside the task's verdict: {reading: [{answer, passed}]}
     greedy_readings: dict | None = None  # each list [P]
     samples_readings: dict | None = None  # each list [P * k]
+    # multi-turn episodes (env=...): each greedy row's whole completion, the environment's tokens in [[...]]
+    # (rlx.envs.engine.transcript); `greedy` holds only the last turn, the answer the rewards score
+    greedy_episodes: list[str] | None = None  # [P]
 
     def reading_acc(self) -> dict[str, float]:
         """Greedy accuracy under each benchmark reading."""
@@ -157,7 +160,8 @@ def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int
 
 
 def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
-                   progress: EvalProgress, fixed: bool = True, cut: list | None = None) -> list[str]:
+                   progress: EvalProgress, fixed: bool = True, cut: list | None = None,
+                   episodes: list | None = None) -> list[str]:
     """n completions per prompt, prompt-major ([len(prompts) * n], as engine.generate(prompts, n) orders
     them), at most `chunk` rows per engine call (`fixed`: exactly), row i sampled from seeds[i], so
     the split changes no sample. An engine that reports each finished row itself (`on_finished`: the vLLM
@@ -165,7 +169,8 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
     cache holds and refills each slot as a sequence ends, so no call ends on a tail of a few long sequences,
     and progress still comes as rows finish. Others get calls sized by speed, never below `concurrency`.
     `cut`: a list that gets each row's truncation flag (stopped at the token budget; None if the engine's
-    batch does not say), in the texts' order."""
+    batch does not say), in the texts' order. `episodes`: a list that gets each row's whole completion with the
+    tokens the policy did not sample in [[...]] when the batch marks any (multi-turn episodes), else None."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
     reports = hasattr(engine, "on_finished")
@@ -178,6 +183,8 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
             size = len(rows) - s if reports and not fixed else next_chunk(chunk, fixed, s, time.monotonic() - t0, least)
             batch = engine.generate(rows[s: s + size], 1, sp, None, seeds=seeds[s: s + size])
             texts += batch.texts
+            if episodes is not None:
+                episodes += _episodes(engine, batch)
             if cut is not None:
                 flags = getattr(batch, "truncated", None)
                 cut += flags.tolist() if flags is not None else [None] * len(batch.texts)
@@ -188,6 +195,16 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
         if reports:
             engine.on_finished = None
     return texts
+
+
+def _episodes(engine, batch) -> list[str | None]:
+    """Each row's transcript (rlx.envs.engine.transcript) if the batch holds tokens the policy did not sample."""
+    forced = getattr(batch, "forced", None)
+    if forced is None or not bool(forced.any()):
+        return [None] * len(batch.texts)
+    from rlx.envs.engine import transcript
+
+    return [transcript(engine.tok, batch, r) for r in range(len(batch.texts))]
 
 
 def _scored(task, examples, texts, cut: list | None = None) -> tuple[list[bool], list[float]]:
@@ -226,14 +243,18 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
                        f"(up to {greedy_sp.max_tokens} tokens), {chunk} per engine call")
         fixed = rollout.eval_chunk > 0 or not by_speed
         greedy_cut, sampled_cut = [], []  # [sum(P)], [sum(P) * k]: rows the token budget stopped
-        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress, fixed, greedy_cut)
+        episodes = []  # [sum(P)]: transcripts of multi-turn rows, else None
+        greedy = generate_texts(engine, prompts, 1, greedy_sp, greedy_seeds, chunk, progress, fixed, greedy_cut,
+                                episodes)
         sampled = (generate_texts(engine, prompts, k, sampled_sp, sampled_seeds, chunk, progress, fixed, sampled_cut)
                    if k else None)
     out, i = [], 0
     for name, ex in zip(names, sets):  # scored set by set, greedy first, as always (import-path rewards see these batches)
         texts = greedy[i: i + len(ex)]
         passed, reward = _scored(task, ex, texts, greedy_cut[i: i + len(ex)])
-        out.append(SetResult(name, ex, texts, passed, reward, k, greedy_readings=_readings(task, ex, texts)))
+        eps = episodes[i: i + len(ex)]
+        out.append(SetResult(name, ex, texts, passed, reward, k, greedy_readings=_readings(task, ex, texts),
+                             greedy_episodes=eps if any(e is not None for e in eps) else None))
         i += len(ex)
     if sampled is not None:  # [sum(P) * k], k consecutive samples per prompt
         i = 0

@@ -65,8 +65,11 @@ def completion_rows(results: list):
     """One row per completion: greedy first, then the samples of each prompt in order."""
     for r in results:
         for i, e in enumerate(r.examples):
-            yield _row(r.name, i, "greedy", 0, e, r.greedy[i], r.greedy_reward[i], r.greedy_passed[i],
+            row = _row(r.name, i, "greedy", 0, e, r.greedy[i], r.greedy_reward[i], r.greedy_passed[i],
                        _at(r.greedy_readings, i))
+            if r.greedy_episodes is not None and r.greedy_episodes[i] is not None:
+                row["episode"] = r.greedy_episodes[i]  # the whole episode; `completion` is its last turn
+            yield row
         for j, text in enumerate(r.samples or []):
             e = r.examples[j // r.k]
             yield _row(r.name, j // r.k, "sample", j % r.k, e, text, r.samples_reward[j], r.samples_passed[j],

@@ -26,6 +26,16 @@ def test_a_tiny_run_trains_on_multi_turn_episodes(tmp_path, monkeypatch, mode):
         assert r["actor/grad_norm"] >= 0
     if mode == "sync":  # the trainer's log-probs are the engine's on the loss tokens (policy tokens only)
         assert all(abs(r["rollout/logprob_diff/mean"]) < 1e-3 for r in rows)
+    # the evaluation's per-problem file holds each episode whole (replies in [[...]]) beside its last turn,
+    # the answer its rewards scored
+    import json
+
+    evals = [json.loads(line) for line in (tmp_path / "run" / "eval" / "step_2" / "completions.jsonl").read_text().splitlines()]
+    episodes = [r for r in evals if "episode" in r]
+    assert episodes, evals[:2]
+    for r in episodes:
+        assert r["episode"].count("[[ ok.]]") >= 1 and "[[" not in r["episode"].replace("[[ ok.]]", ""), r["episode"]
+        assert r["episode"].rsplit("[[ ok.]]", 1)[1].startswith(r["completion"]), (r["episode"], r["completion"])
 
 
 def test_per_turn_rewards_reach_the_rewards_and_advantages(tmp_path, monkeypatch):
