@@ -228,3 +228,30 @@ def test_the_command_writes_markdown_json_and_curves(tmp_path, capsys):
     assert [r["seed"] for r in doc["runs"]] == [0, 1, 2] and doc["pngs"] == ["report_curves.png"]
     assert (tmp_path / "report_curves.png").stat().st_size > 10_000
     assert f"saved {tmp_path / 'report.md'}, {tmp_path / 'report.json'}, {tmp_path / 'report_curves.png'}" in out
+
+
+def test_a_run_whose_compute_is_front_loaded_is_also_fitted_by_steps(tmp_path):
+    # evaluations every 2 steps to 32 whose flops per step fall as completions shrink: cumulative flops
+    # 1e12 * 32 * (1 - exp(-s / 4)), so half the largest (~16e12) is reached by step 2.8: one evaluation
+    # (step 2) in the first half of the compute, no fit; by steps the first half (<= 16) holds steps 2..16
+    import math
+
+    run = tmp_path / "r"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra/config.yaml").write_text(yaml.safe_dump({"seed": 0, "scaling": {"bootstrap": 20, "compute": "flops"}}))
+    acc = lambda s: 0.05 + 0.3 / (1 + (12 / s) ** 1.5) if s else 0.05  # noqa: E731
+    rows = [{"step": s, "val/flexible-extract": acc(s) + (0.002 * (-1) ** (s // 2) if s else 0.0), "val/acc": acc(s) / 2,
+             "perf/compute/flops": 1e12 * 32 * (1 - math.exp(-s / 4))} for s in range(0, 33, 2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    by_flops, _ = predictability(read_run(run), "val/flexible-extract")
+    assert by_flops["fit"] is None and by_flops["fit_steps"] == [2] and "holds 1 evaluation" in by_flops["reason"]
+    by_steps, (x, _, _) = predictability(read_run(run), "val/flexible-extract", compute="steps")
+    assert by_steps["x"] == "perf/compute/steps" and by_steps["fit_steps"] == list(range(2, 17, 2))
+    assert x.tolist() == [float(s) for s in range(2, 33, 2)]
+    assert abs(by_steps["heldout"][-1]["predicted"] - acc(32)) < 0.03
+    md, _, doc = build(tmp_path, "smollm2_gsm8k", plots=False)
+    steps_part = md.split("### the same fits with x = RL steps")[1].split("### secondary")[0]
+    cells = row(steps_part.split("x = steps")[1], "0")  # the flexible-extract table comes first
+    assert cells[1] == "2, 4, 6, 8, 10, 12, 14, 16" and cells[6].startswith(f"step 32: {by_steps['heldout'][-1]['predicted']:.3f} [")
+    assert [r["x"] for r in doc["predictability"] if r["metric"] == "val/flexible-extract"] == [
+        "perf/compute/flops", "perf/compute/steps"]
