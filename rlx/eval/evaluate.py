@@ -198,13 +198,13 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
 
 
 def _episodes(engine, batch) -> list[str | None]:
-    """Each row's transcript (rlx.envs.engine.transcript) if the batch holds tokens the policy did not sample."""
-    forced = getattr(batch, "forced", None)
-    if forced is None or not bool(forced.any()):
+    """Each row's transcript (rlx.envs.engine.transcript) where the row holds tokens the policy did not sample."""
+    forced = getattr(batch, "forced", None)  # [N, T] bool, or None
+    if forced is None:
         return [None] * len(batch.texts)
     from rlx.envs.engine import transcript
 
-    return [transcript(engine.tok, batch, r) for r in range(len(batch.texts))]
+    return [transcript(engine.tok, batch, r) if bool(forced[r].any()) else None for r in range(len(batch.texts))]
 
 
 def _scored(task, examples, texts, cut: list | None = None) -> tuple[list[bool], list[float]]:
