@@ -170,7 +170,7 @@ def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: lis
     and progress still comes as rows finish. Others get calls sized by speed, never below `concurrency`.
     `cut`: a list that gets each row's truncation flag (stopped at the token budget; None if the engine's
     batch does not say), in the texts' order. `episodes`: a list that gets each row's whole completion with the
-    tokens the policy did not sample in [[...]] when the batch marks any (multi-turn episodes), else None."""
+    tokens the policy did not sample in [[...]] where the row holds any (multi-turn episodes), else None."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
     reports = hasattr(engine, "on_finished")
