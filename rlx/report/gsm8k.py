@@ -462,15 +462,19 @@ def gsm8k_report(root: Path, jobs: list[Run], plots: bool = True, base: str | Pa
                   f"Intervals and band: {int(round(100 * cfg.confidence))}% bootstrap over the fitted points. A "
                   f"3-parameter sigmoid needs at least max(min_points, 4) fitted points: where the first half has "
                   f"fewer the cell says so.", ""]
-        for metric in FIT_METRICS:
+        def fit_table(metric: str, compute: str | None = None) -> list[str]:
+            """Each counted run's fit of `metric` (recorded in the JSON document) as the table's rows."""
             rows = []
             for r in counted:
-                rep, data = predictability(r.run, metric)
+                rep, data = predictability(r.run, metric, compute=compute)
                 doc["predictability"].append(rep)
                 rows.append(fit_row(rep))
-                if data is not None:
+                if data is not None and compute is None and metric in fitted:
                     fitted[metric].append((r, data))
-            lines += [f"### held-out {LABEL[metric]} (`{metric}`)", ""] + md_table(FIT_HEADER, rows) + [""]
+            return md_table(FIT_HEADER, rows) + [""]
+
+        for metric in FIT_METRICS:
+            lines += [f"### held-out {LABEL[metric]} (`{metric}`)", ""] + fit_table(metric)
         if cfg.compute != "steps":
             lines += ["### the same fits with x = RL steps", "",
                       f"The held-out readings again, with the first half of the run's RL steps fitted instead of "
@@ -479,24 +483,14 @@ def gsm8k_report(root: Path, jobs: list[Run], plots: bool = True, base: str | Pa
                       f"the evaluations split evenly. Steps are not ScaleRL's axis (compute is), so this says "
                       f"whether the curve is predictable at all, not the paper's claim as stated.", ""]
             for metric in FIT_METRICS:
-                rows = []
-                for r in counted:
-                    rep, _ = predictability(r.run, metric, compute="steps")
-                    doc["predictability"].append(rep)
-                    rows.append(fit_row(rep))
-                lines += [f"#### {LABEL[metric]} (`{metric}`), x = steps", ""] + md_table(FIT_HEADER, rows) + [""]
-        rows = []
-        for r in counted:
-            rep, _ = predictability(r.run, TRAIN_REWARD)
-            doc["predictability"].append(rep)
-            rows.append(fit_row(rep))
+                lines += [f"#### {LABEL[metric]} (`{metric}`), x = steps", ""] + fit_table(metric, compute="steps")
         lines += [f"### secondary: the training reward (`{TRAIN_REWARD}`), not a held-out reading", "",
                   "The same fit on the mean reward of each step's training rollouts (problems the policy trains "
                   "on, sampled at the rollout temperature), x = RL updates before the step's rollouts (step - 1; "
                   "the training rows log no compute counter), so R0 is step 1's reward (the initial policy's "
                   "rollouts). Offered because the held-out readings have few evaluations in the first half; it "
                   "says how predictable the training signal is, not the held-out accuracy.", ""]
-        lines += md_table(FIT_HEADER, rows) + [""]
+        lines += fit_table(TRAIN_REWARD)
 
     pngs: list[Path] = []
     if plots and counted:
