@@ -1,5 +1,6 @@
 """Generation against this CPU's limit: `python -m rlx.bench.generation [--engines hf,vllm,vllm_server]
-[--batches 1,16,64,200] [--budgets 160,512] [--threads 2] [--repeats 1] [--out FILE]` (rlx-bench-generation).
+[--batches 1,16,64,200] [--budgets 160,512] [--quants none,nvfp4] [--threads 2] [--repeats 1] [--out FILE]`
+(rlx-bench-generation).
 
 SmolLM2-135M-Instruct (`experiment=smollm2_gsm8k`: chat-rendered GSM8K held-out questions, LoRA attached as
 in training) generates greedily (temperature 0; `--temperature`, `--samples` for groups) through rlx's
@@ -14,6 +15,14 @@ arm may carry rollout overrides after `@`, joined by `+`: `vllm@vllm.kv_cache_gb
 cache), `vllm@vllm.prefix_caching=false+vllm.max_num_batched_tokens=16384`, `vllm_server@server.threads=1`.
 Every vLLM arm without its own `vllm.kv_cache_gb` gets the same cache: rlx's rule (rlx.rollout.kv_sizing)
 for the largest batch and budget of the run.
+
+`--quants none,nvfp4` (QeRL's speed side): every engine arm once per base format, each format its own policy
+built as training builds it (`quant=<format>`, the LoRA on top), labelled `engine|format`. On this CPU
+vLLM has no FP4 kernel, so a quantized base reaches vLLM as its dequantized values merged with the adapter
+(rollout.vllm.sync=merged, rlx.rollout.vllm), and the `hf` engine runs rlx's QuantLinear (dequantize, then
+`F.linear`). Each arm's weight sync (`engine.sync`, what a training step pays before it generates:
+dequantize + merge + load for a quantized base) is timed `--sync-repeats` times, alternating like the calls.
+The printed ratios are each format's tok/s (and sync seconds) over the first format's, per engine and call.
 
 Measured per call: generated tokens, wall seconds and CPU seconds (this process's; a server arm adds
 its whole process group's), tok/s = tokens / wall seconds, and a sha1 of the texts (same hash = the
@@ -177,8 +186,14 @@ def arm_config(cfg, name: str, overrides: list[str], threads: int, kv_gb: float)
     return r
 
 
+def label(spec: str, quant: str, quants: list[str]) -> str:
+    """An arm's name: the engine spec, with its base format when the run compares formats."""
+    return spec if len(quants) == 1 and quant == "none" else f"{spec}|{quant}"
+
+
 def build_engines(a, arms):
-    """(cfg, trainer, task, policy, tok, prompts, engines {label: engine}, kv plan) for every arm."""
+    """(cfg, trainer, tok, prompts, engines {label: (engine, policy)}, kv plan, model config, dtype bytes):
+    every engine arm at every base format of `a.quants`, each format its own policy."""
     from rlx.eval.cli import prepare
     from rlx.models import base_dir, build_policy
     from rlx.rollout import build_engine, max_sequence_len
@@ -191,11 +206,16 @@ def build_engines(a, arms):
     over = [*BASE, f"trainer.dtype={a.dtype}", f"trainer.threads={a.threads}", f"rollout.max_new_tokens={budget}",
             f"rollout.vllm.max_num_seqs={batch}", f"rollout.eval_chunk={batch}", f"rollout.batch_size={batch}",
             *a.override]
-    _, src, cfg, _, trainer = prepare(over)
+    _, src, cfg, _, trainer = prepare([*over, f"quant={a.quants[0]}"])
     seed_everything(cfg.seed)
     task = build_task(cfg.task)
     task.set_seed(cfg.seed)
     policy, tok = build_policy(cfg, task, say, trainer.device)
+    policies = {a.quants[0]: (cfg, policy)}
+    for q in a.quants[1:]:  # the same task and seed; only the base's format differs
+        qcfg = prepare([*over, f"quant={q}"])[2]
+        seed_everything(qcfg.seed)
+        policies[q] = (qcfg, build_policy(qcfg, task, say, trainer.device)[0])
     pool = [e.prompt for ex in task.eval_sets.values() for e in ex]
     need = -(-batch // a.samples)
     prompts = (pool * (need // len(pool) + 1))[:need]
@@ -208,16 +228,18 @@ def build_engines(a, arms):
     say(f"[bench] every vLLM arm without its own size: {plan.describe()}")
     engines = {}
     try:
-        for spec in arms:
-            name, overrides = parse_arm(spec)
-            r = arm_config(cfg, name, overrides, a.threads, plan.bytes / (1 << 30))
-            engines[spec] = build_engine(r, tok, policy, trainer, fp32_head=cfg.algo.fp32_lm_head,
-                                         base_dir=base_dir(cfg), seed=cfg.seed, max_len=max_len,
-                                         quant_format=cfg.quant.format,
-                                         log_dir=Path(a.work) / "servers" if a.work else None)
-            engines[spec].sync(policy, 0)
+        for q, (qcfg, qpolicy) in policies.items():
+            for spec in arms:
+                name, overrides = parse_arm(spec)
+                r = arm_config(qcfg, name, overrides, a.threads, plan.bytes / (1 << 30))
+                e = build_engine(r, tok, qpolicy, trainer, fp32_head=qcfg.algo.fp32_lm_head,
+                                 base_dir=base_dir(qcfg), seed=qcfg.seed, max_len=max_len,
+                                 quant_format=qcfg.quant.format,
+                                 log_dir=Path(a.work) / "servers" / q if a.work else None)
+                engines[label(spec, q, a.quants)] = (e, qpolicy)
+                e.sync(qpolicy, 0)
     except BaseException:  # e.g. one arm's cache no longer fits beside the others: release what was built
-        for e in engines.values():
+        for e, _ in engines.values():
             e.close()
         raise
     return cfg, trainer, tok, prompts, engines, plan, conf, DTYPE_BYTES[dtype]
@@ -234,6 +256,40 @@ def timed(engine, prompts: list[str], n: int, sp) -> dict:
     return {"rows": len(b), "tokens": int(sum(comp)), "wall_s": wall, "cpu_s": cpu, "tok_s": sum(comp) / wall,
             "tok_cpu_s": sum(comp) / max(cpu, 1e-9), "prompt_tokens": prom, "completion_tokens": comp,
             "texts_sha1": hashlib.sha1("\x00".join(b.texts).encode()).hexdigest()[:12]}
+
+
+def timed_sync(engine, policy, version: int) -> dict:
+    """One weight sync as a training step pays it (the policy's current weights into the engine)."""
+    c0, s0, w0 = time.process_time(), _group_cpu(engine), time.perf_counter()
+    engine.sync(policy, version)
+    return {"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0 + _group_cpu(engine) - s0}
+
+
+def ratios(rows: list[dict], syncs: list[dict], quants: list[str]) -> list[str]:
+    """Each format's median tok/s and sync seconds over the first format's, per engine spec and call shape."""
+    if len(quants) < 2:
+        return []
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    out = []
+    specs = list(dict.fromkeys(r["spec"] for r in rows))
+    for spec in specs:
+        ref = [s["wall_s"] for s in syncs if s["engine"] == label(spec, quants[0], quants)]
+        for q in quants[1:]:
+            mine = [s["wall_s"] for s in syncs if s["engine"] == label(spec, q, quants)]
+            if ref and mine:
+                out.append(f"{spec}: sync {q} / {quants[0]} = {med(mine) / med(ref):.2f} "
+                           f"({med(mine):.2f} s / {med(ref):.2f} s, median of {len(mine)})")
+        for budget, batch in dict.fromkeys((r["budget"], r["batch"]) for r in rows if r["spec"] == spec):
+            pick = lambda q, key: [r[key] for r in rows if (r["spec"], r["quant"], r["budget"], r["batch"])  # noqa: E731
+                                   == (spec, q, budget, batch)]
+            for q in quants[1:]:
+                num, den = pick(q, "tok_s"), pick(quants[0], "tok_s")
+                if num and den:
+                    cn, cd = pick(q, "tok_cpu_s"), pick(quants[0], "tok_cpu_s")
+                    out.append(f"{spec} budget {budget} batch {batch}: tok/s {q} / {quants[0]} = "
+                               f"{med(num) / med(den):.2f} ({med(num):.1f} / {med(den):.1f}); per CPU-s "
+                               f"{med(cn) / med(cd):.2f}")
+    return out
 
 
 def table(rows: list[dict]) -> str:
@@ -258,6 +314,9 @@ def main(argv=None) -> dict:
                     "batch 200 x 512 takes ~30x the CPU time of vLLM")
     ap.add_argument("--threads", type=int, default=2, help="trainer.threads (hf, colocated vLLM) and server threads")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--quants", default="none", help="base formats, comma-separated (none | nvfp4 | nf4 | mxfp4): "
+                    "every engine arm at each, the first the ratios' reference")
+    ap.add_argument("--sync-repeats", type=int, default=3, help="timed weight syncs per arm (0: none)")
     ap.add_argument("--samples", type=int, default=1, help="completions per prompt (a batch of B rows is B / samples "
                     "prompts); > 1 needs --temperature > 0 to differ")
     ap.add_argument("--temperature", type=float, default=0.0)
@@ -272,6 +331,11 @@ def main(argv=None) -> dict:
     arms = [s for s in a.engines.split(",") if s]
     for s in arms:
         parse_arm(s)
+    a.quants = [q for q in a.quants.split(",") if q]
+    known = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "quant").glob("*.yaml"))
+    bad = [q for q in a.quants if q not in known] or ([] if len(set(a.quants)) == len(a.quants) else ["a repeat"])
+    if not a.quants or bad:
+        raise SystemExit(f"--quants {a.quants}: {bad or 'empty'} is not a list of distinct formats of {known}")
     import torch
 
     from rlx.rollout.base import SamplingParams
@@ -284,28 +348,37 @@ def main(argv=None) -> dict:
               f"({before['flops_per_cpu_s'] / 1e9:.1f} per CPU-s), copy {before['bytes_per_s'] / 1e9:.1f} GB/s "
               f"({before['bytes_per_cpu_s'] / 1e9:.1f} per CPU-s)", flush=True)
         sp0 = SamplingParams.from_config(cfg.rollout).but(temperature=a.temperature)
-        for spec, e in engines.items():  # warm-up: first-call costs out of the timings
+        for e, _ in engines.values():  # warm-up: first-call costs out of the timings
             e.generate(prompts[:2], 1, sp0.but(max_tokens=8), None, seeds=[0, 1])
+        labels = list(engines)
+        syncs: list[dict] = []
+        for rep in range(a.sync_repeats):  # rotated like the calls, so the machine's load hits every arm
+            for name in labels[rep % len(labels):] + labels[: rep % len(labels)]:
+                e, pol = engines[name]
+                syncs.append({"engine": name, "repeat": rep, **timed_sync(e, pol, rep + 1)})
+                print(f"[bench] {name} sync: {syncs[-1]['wall_s']:.2f} s ({syncs[-1]['cpu_s']:.2f} CPU-s)", flush=True)
         rows: list[dict] = []
         for budget in a.budgets:
             sp = sp0.but(max_tokens=budget)
             for batch in a.batches:
                 ps = prompts[: max(1, batch // a.samples)]
                 for rep in range(a.repeats):
-                    order = arms[rep % len(arms):] + arms[: rep % len(arms)]
-                    for spec in order:
+                    order = labels[rep % len(labels):] + labels[: rep % len(labels)]
+                    for name in order:
+                        spec, _, quant = name.partition("|")
                         if parse_arm(spec)[0] == "hf" and batch not in hf_batches:
                             continue
                         load = os.getloadavg()[0]
-                        m = timed(engines[spec], ps, a.samples, sp)
+                        m = timed(engines[name][0], ps, a.samples, sp)
                         pt, ct = m.pop("prompt_tokens"), m.pop("completion_tokens")
                         b = bounds(conf, dbytes, pt, ct, before["flops"], before["bytes_per_s"], a.samples)
                         bc = bounds(conf, dbytes, pt, ct, before["flops_per_cpu_s"], before["bytes_per_cpu_s"], a.samples)
-                        row = {"engine": spec, "budget": budget, "batch": m["rows"], "repeat": rep, "load": load,
+                        row = {"engine": name, "spec": spec, "quant": quant or a.quants[0], "budget": budget,
+                               "batch": m["rows"], "repeat": rep, "load": load,
                                **m, **b, "frac": m["tok_s"] / b["bound_tok_s"],
                                "bound_tok_cpu_s": bc["bound_tok_s"], "frac_cpu": m["tok_cpu_s"] / bc["bound_tok_s"]}
                         rows.append(row)
-                        print(f"[bench] {spec} budget {budget} batch {m['rows']}: {m['tokens']} tokens, "
+                        print(f"[bench] {name} budget {budget} batch {m['rows']}: {m['tokens']} tokens, "
                               f"{m['wall_s']:.1f} s ({m['cpu_s']:.1f} CPU-s), {m['tok_s']:.1f} tok/s, "
                               f"{m['tok_cpu_s']:.1f} tok/CPU-s; bound {b['bound_tok_s']:.0f} tok/s ({b['bound']}; memory "
                               f"{b['mem_bound_tok_s']:.0f}, FLOPs {b['flop_bound_tok_s']:.0f}), "
@@ -313,16 +386,19 @@ def main(argv=None) -> dict:
                               f"{row['frac_cpu']:.2f} (CPU); load {load:.1f}; texts {m['texts_sha1']}", flush=True)
                         if a.out:  # after every row: a run stopped half-way keeps what it measured
                             Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-                            Path(a.out).write_text(json.dumps({"before": before, "rows": rows}, indent=2))
+                            Path(a.out).write_text(json.dumps({"before": before, "syncs": syncs, "rows": rows}, indent=2))
         after = {**gemm_flops(dt), **copy_bandwidth()}
     finally:
-        for e in engines.values():
+        for e, _ in engines.values():
             e.close()
     drift = {"flops": after["flops"] / before["flops"], "bytes_per_s": after["bytes_per_s"] / before["bytes_per_s"]}
     print(table(rows))
     print(f"[bench] microbenchmarks after / before: GEMM {drift['flops']:.2f}, copy {drift['bytes_per_s']:.2f}")
+    compared = ratios(rows, syncs, a.quants)
+    for line in compared:
+        print(f"[bench] {line}")
     out = {"args": {k: v for k, v in vars(a).items()}, "kv_plan": plan.describe(), "before": before, "after": after,
-           "rows": rows, "median_tok_s": {f"{s}|{bu}|{ba}": statistics.median(
+           "syncs": syncs, "ratios": compared, "rows": rows, "median_tok_s": {f"{s}|{bu}|{ba}": statistics.median(
                r["tok_s"] for r in rows if (r["engine"], r["budget"], r["batch"]) == (s, bu, ba))
                for s, bu, ba in {(r["engine"], r["budget"], r["batch"]) for r in rows}}}
     if a.out:
