@@ -28,7 +28,7 @@ from rlx.report.tables import md_table, runs_table, t_interval
 from rlx.run.records import Run
 
 LAYOUT = "smollm2_gsm8k"
-TITLE = "SmolLM2-135M on real GSM8K (SFT, then RL)"
+TITLE = "SmolLM2-135M on {task}{env} ({start})"  # filled from the runs' configs: title()
 # (metrics.jsonl key, rlx.eval.paired verdict, label)
 READINGS = (("val/acc", "passed", "task (stated number)"),
             ("val/strict-match", "strict-match", "lm-eval strict-match"),
@@ -362,6 +362,24 @@ def plot_gsm8k(results: list[RunResult], path: Path) -> Path | None:
     return path
 
 
+def title(jobs: list[Run]) -> str:
+    """What the runs are, from their configs: the task (GSM8K when its files are GSM8K's), an environment,
+    and where RL started (an SFT warm start or the pretrained model)."""
+    def task(j: Run) -> str:
+        name = str(j.get("task.name") or "?")
+        paths = " ".join(str(j.get(k) or "") for k in ("task.train_path", "task.eval_path")).lower()
+        if name == "gsm8k" or "gsm8k" in paths:
+            return "real GSM8K"
+        return {"wordproblems": "rlx's word problems"}.get(name, f"task={name}")
+
+    tasks = sorted({task(j) for j in jobs}) or ["?"]
+    envs = sorted({str(j.get("env.name")) for j in jobs} - {"None", "none"})
+    sft = {bool(j.get("model.sft.data")) for j in jobs}
+    start = {frozenset({True}): "SFT, then RL", frozenset({False}): "RL from the pretrained model"}.get(
+        frozenset(sft), "some runs from an SFT warm start")
+    return TITLE.format(task=" / ".join(tasks), env=f", env={', '.join(envs)}" if envs else "", start=start)
+
+
 def gsm8k_report(root: Path, jobs: list[Run], plots: bool = True, base: str | Path | None = None
                  ) -> tuple[str, list[Path], dict]:
     """(markdown, PNG paths, the JSON document) for the runs under root; nothing is written but the PNGs."""
@@ -375,7 +393,7 @@ def gsm8k_report(root: Path, jobs: list[Run], plots: bool = True, base: str | Pa
     doc: dict = {"layout": LAYOUT, "root": str(root), "base": None if base_file is None else str(base_file.path),
                  "runs": [], "over_seeds": {}, "predictability": [], "pngs": []}
 
-    lines = [f"# {TITLE}: `{root}`", "",
+    lines = [f"# {title(jobs)}: `{root}`", "",
              f"{len(jobs)} run directories; {len(counted)} counted (a step-0 evaluation and at least one after it), "
              f"seeds {', '.join(map(str, seeds)) or '–'}; {sum(r.run.ok for r in counted)} of them finished."]
     skipped = [r for r in results if not r.counted]

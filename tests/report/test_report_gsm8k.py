@@ -12,7 +12,7 @@ import yaml
 
 from rlx.report import main
 from rlx.report.build import build
-from rlx.report.gsm8k import TRAIN_REWARD, predictability
+from rlx.report.gsm8k import TRAIN_REWARD, predictability, title
 from rlx.run.records import read_run
 
 N = 10  # problems in the held-out set
@@ -255,3 +255,23 @@ def test_a_run_whose_compute_is_front_loaded_is_also_fitted_by_steps(tmp_path):
     assert cells[1] == "2, 4, 6, 8, 10, 12, 14, 16" and cells[6].startswith(f"step 32: {by_steps['heldout'][-1]['predicted']:.3f} [")
     assert [r["x"] for r in doc["predictability"] if r["metric"] == "val/flexible-extract"] == [
         "perf/compute/flops", "perf/compute/steps"]
+
+
+def _configured(root: Path, name: str, config: dict):
+    (root / name / ".hydra").mkdir(parents=True)
+    (root / name / ".hydra/config.yaml").write_text(yaml.safe_dump(config))
+    return read_run(root / name)
+
+
+def test_the_title_says_what_the_runs_are(tmp_path):
+    # the GSM8K recipe: task=file on GSM8K's files, an SFT warm start
+    gsm = {"task": {"name": "file", "train_path": "../shared/data/gsm8k/train.jsonl"}, "model": {"sft": {"data": "x"}}}
+    assert title([_configured(tmp_path, "g", gsm)]) == "SmolLM2-135M on real GSM8K (SFT, then RL)"
+    # the word problems from the pretrained model, one with the calculator environment
+    wp = {"task": {"name": "wordproblems"}, "model": {"sft": {"data": None}}, "env": {"name": "none"}}
+    calc = {**wp, "env": {"name": "calculator"}}
+    assert title([_configured(tmp_path, "w", wp)]) == "SmolLM2-135M on rlx's word problems (RL from the pretrained model)"
+    assert title([_configured(tmp_path, "c", calc)]) == ("SmolLM2-135M on rlx's word problems, env=calculator "
+                                                          "(RL from the pretrained model)")
+    mixed = title([_configured(tmp_path, "g2", gsm), _configured(tmp_path, "w2", wp)])
+    assert mixed == "SmolLM2-135M on real GSM8K / rlx's word problems (some runs from an SFT warm start)"
