@@ -332,7 +332,9 @@ def main(argv=None) -> dict:
     for s in arms:
         parse_arm(s)
     a.quants = [q for q in a.quants.split(",") if q]
-    known = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "quant").glob("*.yaml"))
+    from rlx.sweeps.spec import CONF_DIR
+
+    known = sorted(p.stem for p in (CONF_DIR / "quant").glob("*.yaml"))
     bad = [q for q in a.quants if q not in known] or ([] if len(set(a.quants)) == len(a.quants) else ["a repeat"])
     if not a.quants or bad:
         raise SystemExit(f"--quants {a.quants}: {bad or 'empty'} is not a list of distinct formats of {known}")
