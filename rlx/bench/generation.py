@@ -338,6 +338,9 @@ def main(argv=None) -> dict:
     bad = [q for q in a.quants if q not in known] or ([] if len(set(a.quants)) == len(a.quants) else ["a repeat"])
     if not a.quants or bad:
         raise SystemExit(f"--quants {a.quants}: {bad or 'empty'} is not a list of distinct formats of {known}")
+    given = [o for o in a.override if o.lstrip("+").startswith("quant=")]
+    if given:  # the bench sets each arm's format itself; an override would silently lose to it
+        raise SystemExit(f"{given[0]}: the base's format comes from --quants (e.g. --quants {given[0].split('=', 1)[1]})")
     import torch
 
     from rlx.rollout.base import SamplingParams

@@ -34,3 +34,8 @@ def test_ratios_are_medians_over_the_first_format():
     # tok/s: median(95, 105, 10) = 95 over median(100, 120, 80) = 100 -> 0.95; per CPU-s 45 / 90 = 0.50
     assert lines[1] == "vllm budget 160 batch 16: tok/s nvfp4 / none = 0.95 (95.0 / 100.0); per CPU-s 0.50"
     assert g.ratios(rows, syncs, ["none"]) == []  # one format: nothing to compare
+
+
+def test_a_quant_override_is_refused_for_the_quants_option():
+    with pytest.raises(SystemExit, match=r"quant=nf4: the base's format comes from --quants \(e.g. --quants nf4\)"):
+        g.main(["--engines", "vllm", "quant=nf4"])
