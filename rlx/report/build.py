@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlx.report.gsm8k import gsm8k_report
-from rlx.report.next import infer_next, next_tables
+from rlx.report.next import infer_next, next_tables, smollm2_next_tables
 from rlx.report.plots import plot_curves, plot_scaling
 from rlx.report.pretrained import infer_engine, infer_setting, pretrained_tables
 from rlx.report.qerl import infer_qerl, infer_speed, qerl_tables, speed_tables
@@ -50,8 +50,8 @@ LAYOUTS: dict[str, Layout] = {
     # the same comparison with each arm's own lr (chosen on the training side) and NF4 (QLoRA) as a fourth arm
     "smollm2_qerl_tuned": SMOLLM2_QERL_TUNED,
     # NExt on that real model: plain LoRA RL at N and 1.6N against NExt at N, alpha swept
-    "smollm2_next": Layout("smollm2_next", "NExt on SmolLM2-135M (word problems, fp32, vLLM)", infer_next, next_tables,
-                           papers()["next"]["labels"]),
+    "smollm2_next": Layout("smollm2_next", "NExt on SmolLM2-135M (word problems, fp32, vLLM)", infer_next,
+                           smollm2_next_tables, papers()["next"]["labels"]),
     "scalerl_loo": Layout("scalerl_loo", "ScaleRL leave-one-out (tiny scale)", infer_loo, loo_tables,
                           papers()["scalerl"]["loo_labels"], scaling=True),
     "scalerl_offpolicy": Layout("scalerl_offpolicy", "ScaleRL off-policy families (tiny scale)", infer_offpolicy,

@@ -6,7 +6,8 @@ import math
 import statistics
 
 from rlx.report.sweeps import papers
-from rlx.report.tables import base_cell, logged_value, md_table, stat, summary_value
+from rlx.report.tables import (base_cell, logged_value, md_table, paired_by_seed, paired_cell, seed_verdict, stat,
+                               summary_value)
 from rlx.run.records import Run
 
 
@@ -28,8 +29,11 @@ def _paper_cell(entry: dict | None) -> str:
     return f"{entry['acc']}" + (f" ({entry['steps']} steps)" if "steps" in entry else "")
 
 
-def next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
-    paper, labels = papers()["next"]["table"], papers()["next"]["labels"]
+def next_tables(arms: dict[str, list[Run]], jobs: list[Run], labels: dict[str, str] | None = None,
+                baseline: str = "GRPO-LoRA") -> list[str]:
+    """labels: the arms' names (default: the paper's, papers.yaml); baseline: plain RL's name in the text."""
+    paper = papers()["next"]["table"]
+    labels = labels if labels is not None else papers()["next"]["labels"]
     long_final = stat(arms.get("none_long", []), summary_value("val/acc"))
     target = long_final.mean if long_final.values else math.nan
     rows = []
@@ -55,18 +59,20 @@ def next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
                      _paper_cell(published.get("14B"))])
     out = ["## NExt: accuracy at equal and at 1.6x the RL steps", "",
            f"Held-out greedy accuracy (%) and mean@k (%), mean ± std over seeds. 'steps to reach' = the first "
-           f"evaluation step at which a run's val/acc >= the mean final val/acc of GRPO-LoRA at 1.6N steps "
+           f"evaluation step at which a run's val/acc >= the mean final val/acc of {baseline} at 1.6N steps "
            f"({100 * target:.1f}%); the paper's claim is that NExt at N matches 1.6N (250 vs 400 steps). "
            f"'claimed steps saved' = extrap/steps_saved (the jump's nominal claim). Paper columns: average over "
            f"5 math benchmarks (%).", ""]
     out += md_table(["method", "RL steps", "extend at", "val/acc (%)", "val/mean@k (%)",
                      "steps to reach 1.6N's final acc", "claimed steps saved", "paper Qwen2.5-7B",
                      "paper 14B"], rows)
-    return out + per_seed_reach_table(arms, labels, "val/acc") + per_seed_reach_table(arms, labels, "val/mean_at_k")
+    return (out + per_seed_reach_table(arms, labels, "val/acc", baseline)
+            + per_seed_reach_table(arms, labels, "val/mean_at_k", baseline))
 
 
-def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key: str = "val/acc") -> list[str]:
-    """Per seed: the target is that seed's own final `key` of GRPO-LoRA at 1.6N; each arm's first step reaching it."""
+def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key: str = "val/acc",
+                         baseline: str = "GRPO-LoRA") -> list[str]:
+    """Per seed: the target is that seed's own final `key` of plain RL at 1.6N; each arm's first step reaching it."""
     long = {j.seed: j for j in arms.get("none_long", []) if j.ok and j.series(key)[1].size}
     if not long:
         return []
@@ -85,7 +91,79 @@ def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key
             cells.append(f"{'never' if hit is None else f'{hit:.0f}'} (final {100 * final:.1f})")
         rows.append([str(seed), f"{100 * target:.1f}", *cells])
     return ["", f"### Steps to reach, per seed ({key})", "",
-            f"Target: the seed's own final {key} (%) of GRPO-LoRA at 1.6N steps; each cell: the first evaluation "
+            f"Target: the seed's own final {key} (%) of {baseline} at 1.6N steps; each cell: the first evaluation "
             f"step after step 0 that reaches it (never: not within the run), and the run's final {key} (%). "
             "NExt's claim: `next` reaches it in about 0.625x the steps.", ""] + md_table(
         ["seed", f"target {key} (%)", *[labels.get(a, a) for a in ["none_long", *others]]], rows)
+
+
+def _acc_points(j: Run) -> float | None:
+    v = j.summary.get("val/acc")
+    return None if v is None else 100 * float(v)
+
+
+def step_savings(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> tuple[list[float], int]:
+    """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long), where s_long is the first evaluation
+    step at which plain RL at 1.6N reaches its own final `key` (its end or earlier) and s_arm the first at
+    which `arm` reaches the same value; a seed whose `arm` never reaches it gives no saving (censored)."""
+    long = {j.seed: j for j in arms.get("none_long", []) if j.ok and j.series(key)[1].size}
+    mine = {j.seed: j for j in arms.get(arm, []) if j.ok and j.series(key)[1].size}
+    savings, compared = [], 0
+    for seed in sorted(set(long) & set(mine), key=str):
+        target = float(long[seed].series(key)[1][-1])
+        s_long, s_arm = steps_to_reach(long[seed], target, key), steps_to_reach(mine[seed], target, key)
+        compared += 1
+        if s_long is not None and s_arm is not None:
+            savings.append(100 * (1 - s_arm / s_long))
+    return savings, compared
+
+
+def paired_tables(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
+    """NExt's claim seed by seed: final accuracy differences with their t-intervals, and the steps saved."""
+    nexts = [a for a in arms if a.startswith("next")]
+    rows = []
+    for a in nexts:
+        for ref, claim in (("none_long", "NExt at N >= plain RL at 1.6N (the paper's claim)"),
+                           ("none_n", "NExt at N > plain RL at N (the jump helps at equal steps)")):
+            diffs = paired_by_seed(arms, a, ref, _acc_points)
+            rows.append([claim, f"{labels.get(a, a)} - {labels.get(ref, ref)}", paired_cell(diffs, "{:+.1f}"),
+                         seed_verdict(diffs)])
+    diffs = paired_by_seed(arms, "none_long", "none_n", _acc_points)
+    rows.append(["the extra 0.6N steps help plain RL (else the claim is empty)",
+                 f"{labels.get('none_long', 'none_long')} - {labels.get('none_n', 'none_n')}",
+                 paired_cell(diffs, "{:+.1f}"), seed_verdict(diffs)])
+    saved = []
+    for a in nexts:
+        savings, compared = step_savings(arms, a)
+        if compared and len(savings) == compared:
+            cell = paired_cell(savings, "{:.1f}")
+        elif compared:
+            cell = (f"{len(savings)} of {compared} seeds reach it"
+                    + (f" ({', '.join(f'{v:.1f}' for v in savings)})" if savings else "")
+                    + ": no interval (a seed that never reaches it has no saving to average)")
+        else:
+            cell = "–"
+        saved.append([labels.get(a, a), cell])
+    return (["", "### NExt's claim, seed by seed", "",
+             "Final held-out greedy accuracy, paired over the seeds both arms finished: mean difference in points "
+             "[95% t-interval] (n seeds), and the verdict from that interval (holds: above 0; does not hold: "
+             "below 0).", ""]
+            + md_table(["claim", "difference", "paired difference (points)", "verdict"], rows)
+            + ["", "Steps saved: per seed, 100 x (1 - s_NExt / s_1.6N), where s_1.6N is the first evaluation step "
+               "at which plain RL at 1.6N reaches its own final val/acc and s_NExt the first at which the NExt "
+               "run reaches that value; mean [95% t-interval] (n seeds). The paper's figure: 37.5% (250 of 400 "
+               "steps).", ""]
+            + md_table(["method", "steps saved (%)"], saved))
+
+
+def smollm2_next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
+    """The NExt tables plus the claim seed by seed (the real-model sweep, issue 44). Plain RL is named by the
+    runs' algorithm (the recipe's CISPO, not the paper's GRPO), NExt's arms by their extending coefficient."""
+    algos = sorted({str(j.get("algo.name", "?")).upper() for j in jobs}) or ["?"]
+    baseline = f"{'/'.join(algos)}-LoRA"
+    labels = {**papers()["next"]["labels"], "none_n": f"{baseline}, N steps", "none_long": f"{baseline}, 1.6N steps"}
+    for arm in arms:
+        if arm.startswith("next"):
+            alpha = {float(j.get("extrapolation.alpha")) for j in arms[arm] if j.get("extrapolation.alpha") is not None}
+            labels[arm] = "NExt predict-extend" + (f", alpha {'/'.join(f'{a:g}' for a in sorted(alpha))}" if alpha else "")
+    return next_tables(arms, jobs, labels, baseline) + paired_tables(arms, labels)

@@ -12,7 +12,8 @@ from rlx.report.pretrained import pretrained_tables
 from rlx.report.qerl import PAIRS, infer_qerl, qerl_tables
 from rlx.report.select_lr import lr_of, select, selection_table
 from rlx.report.sweeps import Layout, papers
-from rlx.report.tables import first_tenth_mean, md_table, mean_metric, paired_cell, stat, t_interval
+from rlx.report.tables import (first_tenth_mean, md_table, mean_metric, paired_by_seed, paired_cell,
+                               seed_verdict, stat)
 from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
 
@@ -46,17 +47,6 @@ def at_chosen_lr(arms: dict[str, list[Run]]) -> tuple[dict[str, list[Run]], dict
     return kept, choices
 
 
-def _paired(arms: dict[str, list[Run]], a: str, b: str, value) -> list[float]:
-    left = {j.seed: j for j in arms.get(a, []) if j.ok}
-    right = {j.seed: j for j in arms.get(b, []) if j.ok}
-    out = []
-    for seed in sorted(set(left) & set(right), key=str):
-        x, y = value(left[seed]), value(right[seed])
-        if x is not None and y is not None:
-            out.append(x - y)
-    return out
-
-
 def _acc(j: Run):
     v = j.summary.get("val/acc")
     return None if v is None else 100 * float(v)
@@ -71,23 +61,11 @@ CLAIMS = (  # (claim, arm, against, value, format)
 )
 
 
-def verdict(diffs: list[float]) -> str:
-    """From the paired differences' 95% t-interval: holds (above 0), does not hold (below 0), or not resolved."""
-    if len(diffs) < 2:
-        return "not resolved (fewer than 2 paired seeds)"
-    _, lo, hi = t_interval(diffs)
-    if lo > 0:
-        return "holds (interval above 0)"
-    if hi < 0:
-        return "does not hold (interval below 0)"
-    return "not resolved (interval spans 0)"
-
-
 def claims_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
     rows = []
     for claim, a, b, value, fmt in CLAIMS:
-        diffs = _paired(arms, a, b, value)
-        rows.append([claim, f"{labels.get(a, a)} - {labels.get(b, b)}", paired_cell(diffs, fmt), verdict(diffs)])
+        diffs = paired_by_seed(arms, a, b, value)
+        rows.append([claim, f"{labels.get(a, a)} - {labels.get(b, b)}", paired_cell(diffs, fmt), seed_verdict(diffs)])
     return ["", "### The paper's claims, seed by seed", "",
             "Paired over the seeds both arms finished, each arm at its own lr: mean difference [95% t-interval] "
             "(n seeds). Accuracy in points.", ""] + md_table(["claim", "difference", "paired difference", "verdict"],

@@ -97,6 +97,31 @@ def paired_cell(diffs: list[float], fmt: str) -> str:
     return f"{fmt.format(m)} [{fmt.format(lo)}, {fmt.format(hi)}] (n={len(diffs)})"
 
 
+def seed_verdict(diffs: list[float]) -> str:
+    """From paired differences' 95% t-interval over seeds: holds (above 0), does not hold (below 0), or not
+    resolved."""
+    if len(diffs) < 2:
+        return "not resolved (fewer than 2 paired seeds)"
+    _, lo, hi = t_interval(diffs)
+    if lo > 0:
+        return "holds (interval above 0)"
+    if hi < 0:
+        return "does not hold (interval below 0)"
+    return "not resolved (interval spans 0)"
+
+
+def paired_by_seed(arms: dict, a: str, b: str, value) -> list[float]:
+    """value(a's run) - value(b's run) for every seed both arms finished (sorted by seed); a None skips the seed."""
+    left = {j.seed: j for j in arms.get(a, []) if j.ok}
+    right = {j.seed: j for j in arms.get(b, []) if j.ok}
+    out = []
+    for seed in sorted(set(left) & set(right), key=str):
+        x, y = value(left[seed]), value(right[seed])
+        if x is not None and y is not None:
+            out.append(x - y)
+    return out
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     clean = lambda s: str(s).replace("|", "/").replace("\n", " ")  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -1,0 +1,82 @@
+"""NExt's claim seed by seed on the real-model sweep (rlx.report.next.paired_tables / smollm2_next_tables): the
+paired differences, their verdicts and the steps saved, on hand-made runs with hand-computed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlx.report.next import paired_tables, smollm2_next_tables, step_savings
+from rlx.run.records import Run
+
+
+def run(seed: int, curve: dict[int, float], *, alpha: float | None = None, finished: bool = True) -> Run:
+    """A job with held-out val/acc at the given steps; its summary's val/acc is the last one."""
+    config = {"seed": seed, "algo": {"name": "cispo"},
+              "extrapolation": {"type": "none" if alpha is None else "next", "alpha": alpha}}
+    summary = {"status": "finished", "val/acc": curve[max(curve)]} if finished else {}
+    return Run(Path(f"s{seed}"), f"s{seed}", config, [], {}, summary,
+               [{"step": s, "val/acc": v} for s, v in sorted(curve.items())])
+
+
+def row(md: list[str], first: str) -> list[str]:
+    line = next(x for x in md if x.startswith(f"| {first} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+@pytest.fixture
+def arms():
+    # final accuracies (%): N 20 / 30 / 40, 1.6N 50 / 50 / 60, NExt at N 40 / 45 / 50
+    return {
+        "none_n": [run(s, {0: 0.1, 50: a}) for s, a in zip((0, 1, 2), (0.2, 0.3, 0.4))],
+        "none_long": [run(0, {0: 0.1, 40: 0.5, 80: 0.5}), run(1, {0: 0.1, 60: 0.5, 80: 0.5}),
+                      run(2, {0: 0.1, 40: 0.4, 80: 0.6})],
+        "next": [run(0, {0: 0.1, 30: 0.5, 50: 0.4}, alpha=1.5), run(1, {0: 0.1, 30: 0.4, 50: 0.45}, alpha=1.5),
+                 run(2, {0: 0.1, 50: 0.5}, alpha=1.5)],
+    }
+
+
+def test_paired_differences_and_verdicts_by_hand(arms):
+    md = paired_tables(arms, {})
+    # NExt - 1.6N: 40-50, 45-50, 50-60 = -10, -5, -10: mean -8.33, sd 2.887, t(0.975, 2) = 4.303,
+    # half = 4.303 * 2.887 / sqrt(3) = 7.17 -> [-15.5, -1.2]: below 0
+    assert row(md, "NExt at N >= plain RL at 1.6N (the paper's claim)")[2:] == [
+        "-8.3 [-15.5, -1.2] (n=3)", "does not hold (interval below 0)"]
+    # NExt - N: +20, +15, +10: mean 15, sd 5, half = 4.303 * 5 / sqrt(3) = 12.42 -> [+2.6, +27.4]
+    assert row(md, "NExt at N > plain RL at N (the jump helps at equal steps)")[2:] == [
+        "+15.0 [+2.6, +27.4] (n=3)", "holds (interval above 0)"]
+    # 1.6N - N: +30, +20, +20: mean 23.33, sd 5.774, half 14.34 -> [+9.0, +37.7]
+    assert row(md, "the extra 0.6N steps help plain RL (else the claim is empty)")[2:] == [
+        "+23.3 [+9.0, +37.7] (n=3)", "holds (interval above 0)"]
+
+
+def test_steps_saved_counts_only_seeds_that_reach_the_long_runs_final(arms):
+    # targets: 0.5 (seed 0, reached by 1.6N at 40), 0.5 (seed 1, at 60), 0.6 (seed 2, at 80)
+    # NExt: seed 0 reaches 0.5 at 30 -> 1 - 30/40 = 25%; seed 1 never reaches 0.5; seed 2 never reaches 0.6
+    assert step_savings(arms, "next") == ([25.0], 3)
+    assert row(paired_tables(arms, {}), "next")[1] == (
+        "1 of 3 seeds reach it (25.0): no interval (a seed that never reaches it has no saving to average)")
+    # every seed reaching: seed 1 at 30 of 60 (50%), seed 2 at 40 of 80 (50%), seed 0 25%: mean 41.67,
+    # sd 14.43, half = 4.303 * 14.43 / sqrt(3) = 35.85 -> [5.8, 77.5]
+    arms["next"][1] = run(1, {0: 0.1, 30: 0.5, 50: 0.5}, alpha=1.5)
+    arms["next"][2] = run(2, {0: 0.1, 40: 0.6, 50: 0.6}, alpha=1.5)
+    assert step_savings(arms, "next") == ([25.0, 50.0, 50.0], 3)
+    assert row(paired_tables(arms, {}), "next")[1] == "41.7 [5.8, 77.5] (n=3)"
+
+
+def test_an_unfinished_run_is_left_out_of_the_pairs(arms):
+    arms["next"][2] = run(2, {0: 0.1, 30: 0.5}, alpha=1.5, finished=False)
+    # NExt - 1.6N over seeds 0 and 1 only: -10, -5
+    assert row(paired_tables(arms, {}), "NExt at N >= plain RL at 1.6N (the paper's claim)")[2].endswith("(n=2)")
+
+
+def test_the_sweep_tables_name_plain_rl_by_its_algorithm_and_nexts_by_alpha(arms):
+    arms["next_alpha0.5"] = [run(s, {0: 0.1, 50: 0.3}, alpha=0.5) for s in (0, 1, 2)]
+    md = smollm2_next_tables(arms, [j for js in arms.values() for j in js])
+    text = "\n".join(md)
+    assert "CISPO-LoRA, 1.6N steps" in text and "GRPO-LoRA" not in text
+    saved = md[md.index("| method | steps saved (%) |"):]  # the steps-saved table (the first table has the arm too)
+    assert row(saved, "NExt predict-extend, alpha 0.5")[1].startswith("0 of 3 seeds reach it")
+    assert any(x.startswith("| NExt at N >= plain RL at 1.6N (the paper's claim) | NExt predict-extend, alpha 1.5 - "
+                            "CISPO-LoRA, 1.6N steps |") for x in md)
