@@ -45,7 +45,7 @@ from rlx.run.resume import Resumable, RunState, finished_before, restore_recorde
 from rlx.envs import check_env, instruction_tokens, wrap_engine
 from rlx.models import base_label, sft_record  # what step 0 evaluates: "SFT" (a warm start) or "pretrained"
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
-from rlx.rollout.metrics import rollout_metrics
+from rlx.rollout.metrics import SignalMonitor, rollout_metrics
 from rlx.rollout.schedule import build_schedule
 from rlx.run.records import read_metrics
 from rlx.tasks import build_task
@@ -91,6 +91,7 @@ class Parts:
     checkpoint: Resumable | None = None  # what a checkpoint stores and a resume restores
     state: RunState = field(default_factory=RunState)  # step resumed after, run id, compute so far
     tripwires: TripwireMonitor | None = None  # the hack tripwires' moving means (rlx.tasks.tripwires): [warn] lines
+    signal: SignalMonitor | None = None  # steps in a row without a group that differs (rlx.rollout.metrics): [warn]
 
     def compute_now(self) -> dict:
         return self.state.compute_now(self.trainer.num_devices)
@@ -201,6 +202,10 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
     if p.tripwires is None:  # a resumed run picks up the moving means where its earlier steps left them
         p.tripwires = TripwireMonitor.for_run(p.run_dir, p.state.start_step)
     for warning in p.tripwires.update(step, m):  # a hack tripwire's moving mean crossed its threshold
+        _log(warning)
+    if p.signal is None:
+        p.signal = SignalMonitor.for_run(p.run_dir, p.state.start_step, patience=cfg.train.no_signal_steps)
+    for warning in p.signal.update(step, m):  # the groups stopped differing: no gradient from the reward
         _log(warning)
     rows = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors

@@ -1,5 +1,6 @@
 """The metrics of one step's rollout batch: rewards, pass rate, lengths, staleness, entropy, and the hack
-tripwires (rlx.tasks.tripwires) when the step's examples are given."""
+tripwires (rlx.tasks.tripwires) when the step's examples are given; and SignalMonitor, the warning when the
+sampled groups have stopped carrying a learning signal."""
 
 from __future__ import annotations
 
@@ -28,3 +29,47 @@ def rollout_metrics(task, batch, rewards, per_fn, passed, step: int, G: int, exa
     if examples is not None:
         m.update(tripwire_metrics(list(batch.texts), [examples[i] for i in batch.group.tolist()], rewards.tolist()))
     return m
+
+
+class SignalMonitor:
+    """`update(step, metrics)` returns a `[warn]` line when `train/frac_reward_zero_std` has been 1.0 (no sampled
+    group with differing rewards, so every group-relative advantage is 0 and the reward gives no gradient) for
+    `patience` steps in a row; once per streak (a step with a differing group re-arms it); patience 0: never."""
+
+    def __init__(self, patience: int):
+        self.patience, self.streak, self.armed, self.last_rate = patience, 0, True, None
+
+    @classmethod
+    def for_run(cls, run_dir, start_step: int, **kwargs) -> "SignalMonitor":
+        """A fresh monitor, or (a resume) one replayed from the run's metrics.jsonl up to `start_step`, so a resume
+        neither restarts a streak nor repeats a warning."""
+        from pathlib import Path
+
+        from rlx.run.records import METRICS, read_metrics
+
+        mon = cls(**kwargs)
+        if start_step > 0 and (Path(run_dir) / METRICS).is_file():
+            rows = {int(r["step"]): r for r in read_metrics(run_dir) if 1 <= int(r["step"]) <= start_step}
+            for step in sorted(rows):
+                mon.update(step, rows[step])
+        return mon
+
+    def update(self, step: int, metrics: dict) -> list[str]:
+        frac = metrics.get("train/frac_reward_zero_std")
+        if frac is None:  # not a training row (an evaluation's)
+            return []
+        if frac < 1.0:
+            self.streak, self.armed = 0, True
+            return []
+        self.streak += 1
+        self.last_rate = metrics.get("train/reward/mean")
+        if not (self.patience and self.armed and self.streak >= self.patience):
+            return []
+        self.armed = False
+        state = ("every sample failed" if self.last_rate == 0 else "every sample passed" if self.last_rate == 1
+                 else "each group's samples were rewarded alike")
+        return [f"[warn] step {step}: no sampled group has had differing rewards for {self.streak} steps in a row "
+                f"({state} at step {step}): every group-relative advantage is 0, so the reward gives the policy no "
+                f"gradient and it cannot recover by itself (a collapse such as repetition loops, a task too hard or "
+                f"too easy, or a token budget too small); read completions.jsonl and docs/rewards.md, "
+                f"'No learning signal'"]

@@ -76,6 +76,14 @@ class TrainConfig:
         default=True,
         metadata={"help": "show a progress bar"},
     )
+    # A group of G samples at a reward rate p is uniform with probability p^G + (1 - p)^G: 10 steps of 4 groups
+    # of 4 all uniform is rare unless p is near 0 or 1, i.e. the policy collapsed (every sample fails) or
+    # saturated (every sample passes). docs/rewards.md, "No learning signal".
+    no_signal_steps: int = field(
+        default=10,
+        metadata={"help": "a [warn] line in train.log when no sampled group has had differing rewards for this many "
+                          "steps in a row (no gradient from the reward: rlx.rollout.metrics.SignalMonitor); 0 = off"},
+    )
     fail_at_step: int = field(
         default=-1,
         metadata={"help": "testing aid: raise at this step (simulates a crash of one sweep arm)"},
@@ -91,6 +99,8 @@ class TrainConfig:
                 raise ValueError(f"train.{key} must be >= 1, got {getattr(self, key)}")
         if self.steps < 0:
             raise ValueError(f"train.steps must be >= 0, got {self.steps}")
+        if self.no_signal_steps < 0:
+            raise ValueError(f"train.no_signal_steps must be >= 0 (0 = no warning), got {self.no_signal_steps}")
         if self.resume not in ("auto", "never"):
             raise ValueError(f"train.resume: '{self.resume}' is not auto or never")
 
