@@ -128,7 +128,8 @@ def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: 
                      f"trained with: {'; '.join(changed)}. Resuming would train under settings the recorded "
                      f"config does not show: run with the original values, or start a new run "
                      f"(another hydra.run.dir). Only bookkeeping keys may change on resume "
-                     f"(train.steps, evaluation/checkpoint/log intervals, logger, threads, rollout.eval_chunk)")
+                     f"(train.steps, evaluation/checkpoint/log intervals, logger, threads, rollout.eval_chunk, "
+                     f"train.no_signal_steps)")
 
 
 # keys a resumed run may change (bookkeeping, budget, where it runs); anything else is refused
@@ -140,6 +141,7 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "trainer.malloc_mmap_threshold_mb",  # where freed blocks go: no value changes
                      "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads
                      "rollout.eval_chunk",  # evaluation's sequences per engine call: no sample or metric changes
+                     "train.no_signal_steps",  # when train.log warns of a lost learning signal: nothing trains otherwise
                      "task.default_rewards.")  # the task file's set: what ran is task.rewards, compared
 
 

@@ -90,3 +90,17 @@ def test_a_run_whose_reward_never_differs_warns_in_train_log(tmp_path):
     lines = [ln for ln in log.splitlines() if "[warn] step" in ln and "no sampled group" in ln]
     assert len(lines) == 1 and "[warn] step 2: no sampled group has had differing rewards for 2 steps in a row " \
         "(every sample failed at step 2)" in lines[0], log
+
+
+def test_a_run_recorded_before_the_setting_existed_resumes_and_may_change_it():
+    from omegaconf import OmegaConf
+
+    from rlx.run.resume import config_changes
+    from tests.conftest import compose
+
+    saved = OmegaConf.to_container(compose([]), resolve=True)
+    del saved["train"]["no_signal_steps"]  # a checkpoint from before this key
+    assert config_changes(saved, compose([])) == []
+    assert config_changes(saved, compose(["train.no_signal_steps=0"])) == []
+    changed = config_changes(saved, compose(["algo.lr=0.5"]))  # a real change is still named
+    assert [c.split(":")[0] for c in changed] == ["algo.lr"], changed
