@@ -203,10 +203,6 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
         p.tripwires = TripwireMonitor.for_run(p.run_dir, p.state.start_step)
     for warning in p.tripwires.update(step, m):  # a hack tripwire's moving mean crossed its threshold
         _log(warning)
-    if p.signal is None:
-        p.signal = SignalMonitor.for_run(p.run_dir, p.state.start_step, patience=cfg.train.no_signal_steps)
-    for warning in p.signal.update(step, m):  # the groups stopped differing: no gradient from the reward
-        _log(warning)
     rows = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
     if step == p.state.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
@@ -217,6 +213,10 @@ def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
     shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(
         refill, p.schedule, p.policy, p.curriculum, p.task, p.shaping, step, consumed))
     m.update(shaped.metrics)
+    if p.signal is None:
+        p.signal = SignalMonitor.for_run(p.run_dir, p.state.start_step, patience=cfg.train.no_signal_steps)
+    for warning in p.signal.update(step, m):  # no group differed, refills included: no gradient from the reward
+        _log(warning)
     # compute counts every generated token, also those of async groups dropped as too stale
     gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
     m["timing_s/gen"] = time.time() - t_gen

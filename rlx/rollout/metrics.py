@@ -34,7 +34,9 @@ def rollout_metrics(task, batch, rewards, per_fn, passed, step: int, G: int, exa
 class SignalMonitor:
     """`update(step, metrics)` returns a `[warn]` line when `train/frac_reward_zero_std` has been 1.0 (no sampled
     group with differing rewards, so every group-relative advantage is 0 and the reward gives no gradient) for
-    `patience` steps in a row; once per streak (a step with a differing group re-arms it); patience 0: never."""
+    `patience` steps in a row; once per streak (a step with a differing group re-arms it); patience 0: never.
+    DAPO's dynamic sampling counts too: a step whose refills found a differing group
+    (`train/dynamic_sampling/refilled_groups` > 0) had a signal."""
 
     def __init__(self, patience: int):
         self.patience, self.streak, self.armed, self.last_rate = patience, 0, True, None
@@ -58,7 +60,7 @@ class SignalMonitor:
         frac = metrics.get("train/frac_reward_zero_std")
         if frac is None:  # not a training row (an evaluation's)
             return []
-        if frac < 1.0:
+        if frac < 1.0 or (metrics.get("train/dynamic_sampling/refilled_groups") or 0) > 0:
             self.streak, self.armed = 0, True
             return []
         self.streak += 1

@@ -41,6 +41,14 @@ def test_the_warning_says_whether_the_groups_failed_or_passed(rate, says):
     assert says in line
 
 
+def test_a_step_whose_dynamic_sampling_refills_found_a_differing_group_had_a_signal():
+    rs = rows([1, 1, 1])
+    assert [s for s, _ in warnings(SignalMonitor(patience=2), rs)] == [2]
+    rs[0]["train/dynamic_sampling/refilled_groups"] = 0  # refills that found nothing: still no signal
+    rs[1]["train/dynamic_sampling/refilled_groups"] = 2  # step 2: every sampled group alike, two refilled ones not
+    assert warnings(SignalMonitor(patience=2), rs) == []  # streaks of 1 (step 1) and 1 (step 3)
+
+
 def test_evaluation_rows_neither_count_nor_break_a_streak():
     rs = rows([1, 1])
     rs.insert(1, {"step": 1, "val/acc": 0.1})  # an evaluation row logged between training rows
