@@ -6,8 +6,8 @@ import math
 import statistics
 
 from rlx.report.sweeps import papers
-from rlx.report.tables import (base_cell, logged_value, md_table, paired_by_seed, paired_cell, seed_verdict, stat,
-                               summary_value)
+from rlx.report.tables import (acc_points, base_cell, logged_value, md_table, paired_by_seed, paired_cell,
+                               seed_verdict, stat, summary_value)
 from rlx.run.records import Run
 
 
@@ -97,11 +97,6 @@ def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key
         ["seed", f"target {key} (%)", *[labels.get(a, a) for a in ["none_long", *others]]], rows)
 
 
-def _acc_points(j: Run) -> float | None:
-    v = j.summary.get("val/acc")
-    return None if v is None else 100 * float(v)
-
-
 def step_savings(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> tuple[list[float], int]:
     """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long), where s_long is the first evaluation
     step at which plain RL at 1.6N reaches its own final `key` (its end or earlier) and s_arm the first at
@@ -125,10 +120,10 @@ def paired_tables(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[st
     for a in nexts:
         for ref, claim in (("none_long", "NExt at N >= plain RL at 1.6N (the paper's claim)"),
                            ("none_n", "NExt at N > plain RL at N (the jump helps at equal steps)")):
-            diffs = paired_by_seed(arms, a, ref, _acc_points)
+            diffs = paired_by_seed(arms, a, ref, acc_points)
             rows.append([claim, f"{labels.get(a, a)} - {labels.get(ref, ref)}", paired_cell(diffs, "{:+.1f}"),
                          seed_verdict(diffs)])
-    diffs = paired_by_seed(arms, "none_long", "none_n", _acc_points)
+    diffs = paired_by_seed(arms, "none_long", "none_n", acc_points)
     rows.append(["the extra 0.6N steps help plain RL (else the claim is empty)",
                  f"{labels.get('none_long', 'none_long')} - {labels.get('none_n', 'none_n')}",
                  paired_cell(diffs, "{:+.1f}"), seed_verdict(diffs)])

@@ -12,7 +12,7 @@ from rlx.report.pretrained import pretrained_tables
 from rlx.report.qerl import PAIRS, infer_qerl, qerl_tables
 from rlx.report.select_lr import lr_of, select, selection_table
 from rlx.report.sweeps import Layout, papers
-from rlx.report.tables import (first_tenth_mean, md_table, mean_metric, paired_by_seed, paired_cell,
+from rlx.report.tables import (acc_points, first_tenth_mean, md_table, mean_metric, paired_by_seed, paired_cell,
                                seed_verdict, stat)
 from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
@@ -47,17 +47,12 @@ def at_chosen_lr(arms: dict[str, list[Run]]) -> tuple[dict[str, list[Run]], dict
     return kept, choices
 
 
-def _acc(j: Run):
-    v = j.summary.get("val/acc")
-    return None if v is None else 100 * float(v)
-
-
 CLAIMS = (  # (claim, arm, against, value, format)
-    ("NVFP4 LoRA >= 16-bit LoRA (final accuracy)", "lora_nvfp4", "lora_none", _acc, "{:+.1f}"),
+    ("NVFP4 LoRA >= 16-bit LoRA (final accuracy)", "lora_nvfp4", "lora_none", acc_points, "{:+.1f}"),
     ("AQN raises policy entropy (mean over RL steps)", "lora_nvfp4_aqn", "lora_nvfp4", mean_metric("actor/entropy"),
      "{:+.4f}"),
-    ("AQN raises accuracy (final)", "lora_nvfp4_aqn", "lora_nvfp4", _acc, "{:+.1f}"),
-    ("NVFP4 LoRA beats QLoRA (final accuracy)", "lora_nvfp4", "lora_nf4", _acc, "{:+.1f}"),
+    ("AQN raises accuracy (final)", "lora_nvfp4_aqn", "lora_nvfp4", acc_points, "{:+.1f}"),
+    ("NVFP4 LoRA beats QLoRA (final accuracy)", "lora_nvfp4", "lora_nf4", acc_points, "{:+.1f}"),
 )
 
 

@@ -110,6 +110,12 @@ def seed_verdict(diffs: list[float]) -> str:
     return "not resolved (interval spans 0)"
 
 
+def acc_points(j) -> float | None:
+    """A finished run's final greedy val/acc in points (None when it logged none)."""
+    v = j.summary.get("val/acc")
+    return None if v is None else 100 * float(v)
+
+
 def paired_by_seed(arms: dict, a: str, b: str, value) -> list[float]:
     """value(a's run) - value(b's run) for every seed both arms finished (sorted by seed); a None skips the seed."""
     left = {j.seed: j for j in arms.get(a, []) if j.ok}
