@@ -8,7 +8,7 @@ import numpy as np
 
 from rlx.report.sweeps import papers
 from rlx.report.tables import (
-    base_cell, first_tenth_mean, mean_metric, md_table, paired_cell, pct, stat, summary_value,
+    acc_points, base_cell, first_tenth_mean, mean_metric, md_table, paired_by_seed, paired_cell, pct, stat, summary_value,
 )
 from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
@@ -133,6 +133,12 @@ def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
                            + ["val/acc % (none / aqn)"], rows)
 
 
+def _gain_points(j: Run) -> float | None:
+    """Final val/acc minus the run's own step-0 val/acc, in points."""
+    acc, base = j.summary.get("val/acc"), j.summary.get("val/acc_base")
+    return None if acc is None or base is None else 100 * (acc - base)
+
+
 PAIRS = (("lora_nvfp4", "lora_none"), ("lora_nvfp4_aqn", "lora_nvfp4"), ("lora_nvfp4_aqn", "lora_none"))
 
 
@@ -146,18 +152,9 @@ def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str], pairs:
         seeds = sorted(set(left) & set(right), key=str)
         if not seeds:
             continue
-        diffs: dict[str, list[float]] = {"acc": [], "gain": [], "entropy": [], "reward": []}
-        for seed in seeds:
-            x, y = left[seed], right[seed]
-            if _acc(x) is not None and _acc(y) is not None:
-                diffs["acc"].append(100 * (_acc(x) - _acc(y)))
-                bx, by = x.summary.get("val/acc_base"), y.summary.get("val/acc_base")
-                if bx is not None and by is not None:
-                    diffs["gain"].append(100 * ((_acc(x) - bx) - (_acc(y) - by)))
-            for key, metric in (("entropy", "actor/entropy"), ("reward", "train/reward/mean")):
-                ex, ey = mean_metric(metric)(x), mean_metric(metric)(y)
-                if ex is not None and ey is not None:
-                    diffs[key].append(ex - ey)
+        diffs = {"acc": paired_by_seed(arms, a, b, acc_points), "gain": paired_by_seed(arms, a, b, _gain_points),
+                 "entropy": paired_by_seed(arms, a, b, mean_metric("actor/entropy")),
+                 "reward": paired_by_seed(arms, a, b, mean_metric("train/reward/mean"))}
         rows.append([f"{labels.get(a, a)} - {labels.get(b, b)}", ", ".join(map(str, seeds)),
                      paired_cell(diffs["acc"], "{:+.1f}"), paired_cell(diffs["gain"], "{:+.1f}"),
                      paired_cell(diffs["reward"], "{:+.3f}"), paired_cell(diffs["entropy"], "{:+.4f}")])
