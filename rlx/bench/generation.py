@@ -192,7 +192,8 @@ def label(spec: str, quant: str, quants: list[str]) -> str:
 
 
 def build_engines(a, arms):
-    """(cfg, trainer, tok, prompts, engines {label: (engine, policy)}, kv plan, model config, dtype bytes):
+    """(cfg, trainer, tok, prompts, engines {label: (engine, policy, engine spec, format)}, kv plan, model config,
+    dtype bytes):
     every engine arm at every base format of `a.quants`, each format its own policy."""
     from rlx.eval.cli import prepare
     from rlx.models import base_dir, build_policy
@@ -236,10 +237,10 @@ def build_engines(a, arms):
                                  base_dir=base_dir(qcfg), seed=qcfg.seed, max_len=max_len,
                                  quant_format=qcfg.quant.format,
                                  log_dir=Path(a.work) / "servers" / q if a.work else None)
-                engines[label(spec, q, a.quants)] = (e, qpolicy)
+                engines[label(spec, q, a.quants)] = (e, qpolicy, spec, q)
                 e.sync(qpolicy, 0)
     except BaseException:  # e.g. one arm's cache no longer fits beside the others: release what was built
-        for e, _ in engines.values():
+        for e, *_ in engines.values():
             e.close()
         raise
     return cfg, trainer, tok, prompts, engines, plan, conf, DTYPE_BYTES[dtype]
@@ -256,6 +257,11 @@ def timed(engine, prompts: list[str], n: int, sp) -> dict:
     return {"rows": len(b), "tokens": int(sum(comp)), "wall_s": wall, "cpu_s": cpu, "tok_s": sum(comp) / wall,
             "tok_cpu_s": sum(comp) / max(cpu, 1e-9), "prompt_tokens": prom, "completion_tokens": comp,
             "texts_sha1": hashlib.sha1("\x00".join(b.texts).encode()).hexdigest()[:12]}
+
+
+def rotated(xs: list, k: int) -> list:
+    """xs started at position k (mod len): each repeat's arm order, so a change in load hits every arm."""
+    return xs[k % len(xs):] + xs[: k % len(xs)]
 
 
 def timed_sync(engine, policy, version: int) -> dict:
@@ -353,13 +359,13 @@ def main(argv=None) -> dict:
               f"({before['flops_per_cpu_s'] / 1e9:.1f} per CPU-s), copy {before['bytes_per_s'] / 1e9:.1f} GB/s "
               f"({before['bytes_per_cpu_s'] / 1e9:.1f} per CPU-s)", flush=True)
         sp0 = SamplingParams.from_config(cfg.rollout).but(temperature=a.temperature)
-        for e, _ in engines.values():  # warm-up: first-call costs out of the timings
+        for e, *_ in engines.values():  # warm-up: first-call costs out of the timings
             e.generate(prompts[:2], 1, sp0.but(max_tokens=8), None, seeds=[0, 1])
         labels = list(engines)
         syncs: list[dict] = []
         for rep in range(a.sync_repeats):  # rotated like the calls, so the machine's load hits every arm
-            for name in labels[rep % len(labels):] + labels[: rep % len(labels)]:
-                e, pol = engines[name]
+            for name in rotated(labels, rep):
+                e, pol, _, _ = engines[name]
                 syncs.append({"engine": name, "repeat": rep, **timed_sync(e, pol, rep + 1)})
                 print(f"[bench] {name} sync: {syncs[-1]['wall_s']:.2f} s ({syncs[-1]['cpu_s']:.2f} CPU-s)", flush=True)
         rows: list[dict] = []
@@ -368,17 +374,16 @@ def main(argv=None) -> dict:
             for batch in a.batches:
                 ps = prompts[: max(1, batch // a.samples)]
                 for rep in range(a.repeats):
-                    order = labels[rep % len(labels):] + labels[: rep % len(labels)]
-                    for name in order:
-                        spec, _, quant = name.partition("|")
+                    for name in rotated(labels, rep):
+                        e, _, spec, quant = engines[name]
                         if parse_arm(spec)[0] == "hf" and batch not in hf_batches:
                             continue
                         load = os.getloadavg()[0]
-                        m = timed(engines[name][0], ps, a.samples, sp)
+                        m = timed(e, ps, a.samples, sp)
                         pt, ct = m.pop("prompt_tokens"), m.pop("completion_tokens")
                         b = bounds(conf, dbytes, pt, ct, before["flops"], before["bytes_per_s"], a.samples)
                         bc = bounds(conf, dbytes, pt, ct, before["flops_per_cpu_s"], before["bytes_per_cpu_s"], a.samples)
-                        row = {"engine": name, "spec": spec, "quant": quant or a.quants[0], "budget": budget,
+                        row = {"engine": name, "spec": spec, "quant": quant, "budget": budget,
                                "batch": m["rows"], "repeat": rep, "load": load,
                                **m, **b, "frac": m["tok_s"] / b["bound_tok_s"],
                                "bound_tok_cpu_s": bc["bound_tok_s"], "frac_cpu": m["tok_cpu_s"] / bc["bound_tok_s"]}
@@ -394,7 +399,7 @@ def main(argv=None) -> dict:
                             Path(a.out).write_text(json.dumps({"before": before, "syncs": syncs, "rows": rows}, indent=2))
         after = {**gemm_flops(dt), **copy_bandwidth()}
     finally:
-        for e, _ in engines.values():
+        for e, *_ in engines.values():
             e.close()
     drift = {"flops": after["flops"] / before["flops"], "bytes_per_s": after["bytes_per_s"] / before["bytes_per_s"]}
     print(table(rows))

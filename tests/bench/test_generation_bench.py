@@ -39,3 +39,8 @@ def test_ratios_are_medians_over_the_first_format():
 def test_a_quant_override_is_refused_for_the_quants_option():
     with pytest.raises(SystemExit, match=r"quant=nf4: the base's format comes from --quants \(e.g. --quants nf4\)"):
         g.main(["--engines", "vllm", "quant=nf4"])
+
+
+def test_each_repeat_starts_the_arms_one_later():
+    assert [g.rotated(["a", "b", "c"], k) for k in range(4)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
