@@ -45,15 +45,11 @@ class SignalMonitor:
     def for_run(cls, run_dir, start_step: int, **kwargs) -> "SignalMonitor":
         """A fresh monitor, or (a resume) one replayed from the run's metrics.jsonl up to `start_step`, so a resume
         neither restarts a streak nor repeats a warning."""
-        from pathlib import Path
-
-        from rlx.run.records import METRICS, read_metrics
+        from rlx.run.records import logged_steps
 
         mon = cls(**kwargs)
-        if start_step > 0 and (Path(run_dir) / METRICS).is_file():
-            rows = {int(r["step"]): r for r in read_metrics(run_dir) if 1 <= int(r["step"]) <= start_step}
-            for step in sorted(rows):
-                mon.update(step, rows[step])
+        for step, row in logged_steps(run_dir, start_step):
+            mon.update(step, row)
         return mon
 
     def update(self, step: int, metrics: dict) -> list[str]:

@@ -83,6 +83,15 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return [row for _, row in parse_metrics(Path(run_dir) / METRICS)[0]]
 
 
+def logged_steps(run_dir: str | Path, upto: int) -> list[tuple[int, dict]]:
+    """(step, row) for steps 1..upto of RUN/metrics.jsonl, the last row logged for each step, in step order: what
+    a resumed run's monitors replay; [] when upto <= 0 or nothing was logged."""
+    if upto <= 0 or not (Path(run_dir) / METRICS).is_file():
+        return []
+    rows = {int(row["step"]): row for row in read_metrics(run_dir) if 1 <= int(row["step"]) <= upto}
+    return sorted(rows.items())
+
+
 def flatten(tree: dict, prefix: str = "") -> dict:
     """{"algo": {"name": "grpo"}} -> {"algo.name": "grpo"}; lists become tuples (hashable)."""
     out = {}

@@ -212,13 +212,9 @@ class TripwireMonitor:
     def for_run(cls, run_dir, start_step: int, **kwargs) -> "TripwireMonitor":
         """The monitor of a run starting after `start_step`: a fresh one, or (a resume) one replayed from the
         run's metrics.jsonl up to that step, so a resume neither forgets a climb nor repeats a warning."""
-        from pathlib import Path
+        from rlx.run.records import logged_steps
 
-        from rlx.run.records import METRICS, read_metrics
-
-        if start_step <= 0 or not (Path(run_dir) / METRICS).is_file():
-            return cls(**kwargs)
-        return cls.replayed([r for r in read_metrics(run_dir) if r["step"] <= start_step], **kwargs)
+        return cls.replayed([row for _, row in logged_steps(run_dir, start_step)], **kwargs)
 
     def update(self, step: int, metrics: dict) -> list[str]:
         """Take step `step`'s metrics; the warnings due now (module docstring)."""
