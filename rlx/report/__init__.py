@@ -15,7 +15,8 @@ The layout is chosen by the sweep's `logger.group` (set by every `sweeps/*.yaml`
 `--layout smollm2_gsm8k` (`gsm8k`) reports run directories of the real-GSM8K experiment, one per seed, with no sweep
 file: the three readings' paired per-problem intervals, the t-interval over seeds and ScaleRL's predictability, also
 as SWEEP_DIR/report.json (`--base`: the step-0 per-problem file of runs that lack one).
-Modules: `build` (layouts, the report), one module per paper's tables (`qerl`, `next`, `scalerl`, `gsm8k`),
+Modules: `build` (layouts, the report), one module per paper's tables (`qerl`, `qerl_tuned`, `next`, `scalerl`, `gsm8k`),
+`lr_choice` (a tuning sweep's training-side lr; its CLI is `select_lr`),
 `tables` (shared cells), `sweeps` (layouts, arms through rlx.sweeps.spec, numbers from papers.yaml), `plots`,
 `cli`. Jobs are read by rlx.run.records; ScaleRL fits and verdicts come from rlx.scaling.
 """

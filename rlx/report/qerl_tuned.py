@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rlx.report.pretrained import pretrained_tables
 from rlx.report.qerl import PAIRS, infer_qerl, qerl_tables
-from rlx.report.select_lr import lr_of, select, selection_table
+from rlx.report.lr_choice import lr_of, select, selection_table
 from rlx.report.sweeps import Layout, papers
 from rlx.report.tables import (acc_points, first_tenth_mean, md_table, mean_metric, paired_by_seed, paired_cell,
                                seed_verdict, stat)

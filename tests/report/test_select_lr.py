@@ -11,7 +11,7 @@ import yaml
 
 from rlx import report as R
 from rlx.report.select_lr import main as select_main
-from rlx.report.select_lr import select
+from rlx.report.lr_choice import select
 from rlx.report.qerl import infer_qerl
 from rlx.run.records import read_sweep
 
