@@ -1,0 +1,135 @@
+"""The training-side lr choice behind `python -m rlx.report.select_lr` (the CLI) and the smollm2_qerl_tuned
+report: per arm and lr, the mean of a training metric over each run's last steps, averaged over seeds, and the
+arm's best lr. Held-out metrics (val/*) are never read."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rlx.run.records import Run
+
+METRIC, LAST = "train/reward/mean", 20
+
+
+def last_mean(run: Run, metric: str = METRIC, last: int = LAST) -> float | None:
+    """The mean of `metric` over the run's last `last` logged RL steps (>= 1); None with fewer than `last`."""
+    steps, values = run.series(metric)
+    values = values[steps >= 1]
+    if values.size < last or last < 1:
+        return None
+    return float(values[-last:].mean())
+
+
+def lr_of(run: Run) -> float | None:
+    lr = run.get("algo.lr")
+    return None if lr is None else float(lr)
+
+
+@dataclass
+class LrScore:
+    """One lr of one arm: its runs, the finished runs' scores (seed -> score), and the runs without one."""
+
+    lr: float
+    runs: list[Run] = field(default_factory=list)
+    scores: dict = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)  # "seed 0: failed", "seed 1: 12 of 20 steps logged", ...
+
+    @property
+    def score(self) -> float | None:
+        return statistics.fmean(self.scores.values()) if self.scores else None
+
+
+@dataclass
+class Choice:
+    arm: str
+    lrs: list[LrScore]  # low to high
+    lr: float | None  # None: undecided
+    why: str
+    arm_choice: str | None = None  # the chosen runs' arm-file value (e.g. lora_nvfp4_lr6e-4), for the stage-2 command
+
+    @property
+    def decided(self) -> bool:
+        return self.lr is not None
+
+
+def _fmt(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,
+           arm_key: str | None = None) -> dict[str, Choice]:
+    """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order). arm_key: the
+    sweep's arm axis, whose value in the chosen runs' overrides the stage-2 command names."""
+    grouped: dict[str, dict[float, LrScore]] = {}
+    for j in jobs:
+        lr = lr_of(j)
+        if lr is None:
+            continue
+        entry = grouped.setdefault(arm_of(j), {}).setdefault(lr, LrScore(lr))
+        entry.runs.append(j)
+        if not j.ok:
+            entry.missing.append(f"seed {j.seed}: {j.status}")
+            continue
+        value = last_mean(j, metric, last)
+        if value is None or not math.isfinite(value):
+            logged = int((j.series(metric)[0] >= 1).sum())
+            entry.missing.append(f"seed {j.seed}: {logged} of {last} steps of {metric} logged")
+        else:
+            entry.scores[j.seed] = value
+    out = {}
+    for arm, by_lr in grouped.items():
+        lrs = [by_lr[k] for k in sorted(by_lr)]
+        lacking = [s for s in lrs if s.score is None or s.missing]
+        if lacking:
+            why = "undecided: " + "; ".join(f"lr {_fmt(s.lr)}: " + (", ".join(s.missing) or "no run")
+                                            for s in lacking)
+            out[arm] = Choice(arm, lrs, None, why)
+            continue
+        best = max(lrs, key=lambda s: (s.score, -s.lr))  # the highest score; a tie goes to the smaller lr
+        others = ", ".join(f"{s.score:.4f} at {_fmt(s.lr)}" for s in lrs if s is not best)
+        seeds = sorted({str(sd) for s in lrs for sd in s.scores})
+        why = (f"lr {_fmt(best.lr)}: mean {metric} over the last {last} steps {best.score:.4f}"
+               + (f", against {others}" if others else " (the only lr run)")
+               + f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
+        if len(lrs) > 1 and sum(s.score == best.score for s in lrs) > 1:
+            why += "; tied: the smaller lr"
+        arm_choice = None
+        if arm_key:
+            values = {r.override(arm_key) or r.choices.get(arm_key) for r in best.runs} - {None}
+            arm_choice = next(iter(values)) if len(values) == 1 else None
+        out[arm] = Choice(arm, lrs, best.lr, why, arm_choice)
+    return out
+
+
+def selection_table(choices: dict[str, Choice], labels: dict[str, str] | None = None, metric: str = METRIC,
+                    last: int = LAST) -> list[str]:
+    """Markdown: one row per (arm, lr) with the score per seed and over seeds, the chosen lr marked."""
+    from rlx.report.tables import md_table
+
+    labels = labels or {}
+    rows = []
+    for arm, c in choices.items():
+        for s in c.lrs:
+            per_seed = ", ".join(f"{sd}: {v:.4f}" for sd, v in sorted(s.scores.items(), key=lambda kv: str(kv[0])))
+            rows.append([labels.get(arm, arm), _fmt(s.lr), per_seed or "–",
+                         "–" if s.score is None else f"{s.score:.4f}", "; ".join(s.missing) or "",
+                         "**chosen**" if c.lr == s.lr else ""])
+    head = [f"Each arm's lr chosen on the training side: the mean of {metric} over each run's last {last} "
+            f"steps (the reward of the rollouts it trained on), averaged over seeds; the highest wins, a tie "
+            f"goes to the smaller lr. Held-out accuracy is never read for the choice.", ""]
+    return head + md_table(["arm", "lr", f"last-{last} mean per seed", "over seeds", "missing", ""], rows) + [
+        ""] + [f"- {labels.get(a, a)}: {c.why}" for a, c in choices.items()]
+
+
+def stage2_command(choices: dict[str, Choice], sweep: str, arm_key: str, stage2_dir: str,
+                   seeds: str = "1,2,3") -> str | None:
+    """`python -m rlx.sweeps SWEEP ... ARM_KEY=<chosen arm files> seed=SEEDS` (None until every arm is decided)."""
+    if not choices or not all(c.decided and c.arm_choice for c in choices.values()):
+        return None
+    arms = ",".join(c.arm_choice for c in choices.values())
+    return " ".join(["python -m rlx.sweeps", sweep, "hydra/launcher=joblib", "trainer.threads=1",
+                     shlex.quote(f"hydra.sweep.dir={stage2_dir}"), f"seed={seeds}", f"{arm_key}={arms}"])
