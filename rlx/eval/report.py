@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlx.eval.guess import answer_spread
 from rlx.eval.metrics import set_metrics
+from rlx.eval.readings import FLEXIBLE
 from rlx.tasks.answers import final_answer
 
 
@@ -16,7 +18,7 @@ def summarize(results: list, ks: list[int]) -> dict:
     unweighted mean as "mean" (training's val/acc convention)."""
     sets = {}
     for r in results:
-        m = {"prompts": len(r.examples), "acc": r.acc, "readings": r.reading_acc()}
+        m = {"prompts": len(r.examples), "acc": r.acc, "readings": r.reading_acc(), "answers": greedy_spread(r)}
         if r.k:
             m.update(set_metrics(r.samples_passed, [final_answer(t) for t in r.samples], r.k, ks))
         sets[r.name] = m
@@ -31,6 +33,13 @@ def summarize(results: list, ks: list[int]) -> dict:
                 avg[key] = {k: sum(m[key][k] for m in rows) / len(rows) for k in ks}
         sets["mean"] = avg
     return sets
+
+
+def greedy_spread(r) -> dict:
+    """rlx.eval.guess's spread of one set's greedy answers (the flexible-extract number where read)."""
+    flexible = (r.greedy_readings or {}).get(FLEXIBLE)
+    answers = [row["answer"] for row in flexible] if flexible else [final_answer(t) for t in r.greedy]
+    return answer_spread(answers, [e.answer for e in r.examples], r.greedy_passed).as_dict()
 
 
 def markdown(report: dict) -> str:
@@ -50,6 +59,17 @@ def markdown(report: dict) -> str:
         if n:
             cells += [f"{m['mean_at_n']:.4f}"] + [f"{m['pass_at_k'][k]:.4f}" for k in ks] + [f"{m['maj_at_k'][k]:.4f}" for k in ks]
         lines.append("| " + " | ".join(cells) + " |")
+    spread = [(name, m["answers"]) for name, m in sets.items() if m.get("answers") and m["answers"]["mode"] is not None]
+    if spread:
+        lines += ["", "One answer everywhere? (rlx.eval.guess; bold: the most common answer explains over half the "
+                  "passes, or was given to 15%+ of the problems and to twice as many as it is the gold of)", "",
+                  "| set | most common greedy answer | given to | gold of | passes that are it | "
+                  "acc beyond the most common gold |", "|---|---|---|---|---|---|"]
+        for name, a in spread:
+            mark = "**" if a["suspect"] else ""
+            lines.append(f"| {name} | {mark}{a['mode']}{mark} | {a['given']} of {a['problems']} | {a['gold']} | "
+                         f"{a['mode_passes']} of {a['passes']} | "
+                         + ("–" if a["beyond"] is None else f"{a['beyond']:.4f} (gold {a['top_gold']} left out)") + " |")
     return "\n".join(lines) + "\n"
 
 

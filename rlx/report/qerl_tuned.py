@@ -12,8 +12,8 @@ from rlx.report.pretrained import pretrained_tables
 from rlx.report.qerl import PAIRS, infer_qerl, qerl_tables
 from rlx.report.lr_choice import lr_of, select, selection_table
 from rlx.report.sweeps import Layout, papers
-from rlx.report.tables import (acc_points, first_tenth_mean, md_table, mean_metric, paired_by_seed, paired_cell,
-                               seed_verdict, stat)
+from rlx.report.tables import (acc_points, beyond_points, first_tenth_mean, md_table, mean_metric, paired_by_seed,
+                               paired_cell, seed_verdict, stat)
 from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
 
@@ -60,11 +60,19 @@ def claims_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str
     rows = []
     for claim, a, b, value, fmt in CLAIMS:
         diffs = paired_by_seed(arms, a, b, value)
-        rows.append([claim, f"{labels.get(a, a)} - {labels.get(b, b)}", paired_cell(diffs, fmt), seed_verdict(diffs)])
+        row = [claim, f"{labels.get(a, a)} - {labels.get(b, b)}", paired_cell(diffs, fmt), seed_verdict(diffs)]
+        if value is acc_points:  # the same claim once the best constant guess is out (rlx.eval.guess)
+            guessless = paired_by_seed(arms, a, b, beyond_points)
+            row += [paired_cell(guessless, fmt), seed_verdict(guessless)] if guessless else ["–", "–"]
+        else:
+            row += ["", ""]
+        rows.append(row)
     return ["", "### The paper's claims, seed by seed", "",
             "Paired over the seeds both arms finished, each arm at its own lr: mean difference [95% t-interval] "
-            "(n seeds). Accuracy in points.", ""] + md_table(["claim", "difference", "paired difference", "verdict"],
-                                                             rows)
+            "(n seeds). Accuracy in points; the last two columns read accuracy on the held-out problems whose gold "
+            "is not the set's most common gold, so a policy that gives one answer everywhere gains nothing there "
+            "(rlx.eval.guess, docs/eval.md 'One answer everywhere').", ""] + md_table(
+        ["claim", "difference", "paired difference", "verdict", "without the most common gold", "verdict"], rows)
 
 
 WHY = (  # (column, metric, reducer, scale)

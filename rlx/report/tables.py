@@ -195,24 +195,84 @@ def tripwire_note() -> str:
             f"(docs/rewards.md, 'Hack tripwires').")
 
 
+def last_eval_spread(j: Run):
+    """(step, {set: rlx.eval.guess.AnswerSpread}) of the run's last evaluation that left its per-problem file
+    (RUN/eval/step_N/completions.jsonl); None without one."""
+    import json
+
+    from rlx.eval.guess import spreads_of_rows
+
+    files = sorted(((int(d.name[5:]), d / "completions.jsonl") for d in (j.path / "eval").glob("step_*")
+                    if d.name[5:].isdigit() and (d / "completions.jsonl").is_file()), key=lambda t: t[0])
+    if not files:
+        return None
+    step, f = files[-1]
+    rows = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+    try:
+        return (step, spreads_of_rows(rows)) if rows else None
+    except ValueError:  # rows without a gold or a verdict (not rlx-eval's format): nothing to read
+        return None
+
+
+def answers_cells(j: Run) -> list[str]:
+    """[most common answer at the last evaluation, accuracy % without the most common gold] (one set each, or
+    `set: ...` per set); `–` without a per-problem file."""
+    found = last_eval_spread(j)
+    if not found:
+        return ["–", "–"]
+    step, spreads = found
+    named = len(spreads) > 1
+    mode = "; ".join((f"{n}: " if named else "") + a.cell() for n, a in spreads.items())
+    beyond = "; ".join((f"{n}: " if named else "") + ("–" if math.isnan(a.beyond) else
+                                                      f"{100 * a.beyond:.1f} (gold {a.top_gold} out)")
+                       for n, a in spreads.items())
+    return [f"step {step}: {mode}", beyond]
+
+
+def beyond_points(j: Run) -> float | None:
+    """Accuracy in points at the last evaluation with a per-problem file, on the problems whose gold is not the
+    set's most common gold (mean over sets); None without a file (rlx.eval.guess)."""
+    found = last_eval_spread(j)
+    if not found or not j.ok:
+        return None
+    vals = [a.beyond for a in found[1].values() if not math.isnan(a.beyond)]
+    return 100 * statistics.fmean(vals) if vals else None
+
+
+def answers_note() -> str:
+    from rlx.eval.guess import MIN_SHARE, OVER_GOLD
+
+    return ("most common answer: at the run's last evaluation with a per-problem file, the answer given most often "
+            "(lm-eval's flexible-extract number), to how many problems, the gold of how many, and how many passes "
+            f"it makes; bold where it makes over half the passes, or was given to {100 * MIN_SHARE:.0f}%+ of the "
+            f"problems and {OVER_GOLD}x as often as it is a gold. acc % without the most common gold: the "
+            "accuracy on the other problems, what is left once the best constant guess is out (rlx.eval.guess, "
+            "docs/eval.md 'One answer everywhere').")
+
+
 def runs_table(jobs: list[Run]) -> list[str]:
-    """Every job with its status and accuracies; a hack % column when any job logged the tripwires (runs from
-    before them render as they did)."""
+    """Every job with its status and accuracies; a hack % column when any job logged the tripwires and the
+    most-common-answer columns when any left per-problem evaluation files (runs from before them render as
+    they did)."""
     from rlx.tasks.tripwires import REWARDED
 
     tripwires = any(r.get(REWARDED) is not None for j in jobs for r in j.records)
+    answers = {j.name: answers_cells(j) for j in jobs}
+    spread = any(c != ["–", "–"] for c in answers.values())
     rows = []
     for j in jobs:
         acc = j.summary.get("val/acc")
         base = j.summary.get("val/acc_base")
         rows.append([j.name, j.arm, str(j.seed), j.status, str(j.get("train.steps")),
                      "–" if base is None else f"{100 * base:.1f}", "–" if acc is None else f"{100 * acc:.1f}",
-                     *([tripwire_cell(j)] if tripwires else []),
+                     *([tripwire_cell(j)] if tripwires else []), *(answers[j.name] if spread else []),
                      f"{j.summary['wall_s']:.0f}" if j.summary.get("wall_s") is not None else "–",
                      j.error[:120]])
     header = ["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %",
-              *(["hack % unstated / hedged / copy"] if tripwires else []), "wall s", "error"]
-    return md_table(header, rows) + (["", tripwire_note()] if tripwires else [])
+              *(["hack % unstated / hedged / copy"] if tripwires else []),
+              *(["most common answer", "acc % without the most common gold"] if spread else []), "wall s", "error"]
+    return (md_table(header, rows) + (["", tripwire_note()] if tripwires else [])
+            + (["", answers_note()] if spread else []))
 
 
 def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, width: int = 80) -> list[str]:

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from rlx.eval import cli
+from rlx.eval.guess import spreads_of_rows
 from rlx.eval.metrics import default_ks, majority, parse_ks, pass_at_k, set_metrics, vote_key
 from rlx.run.records import read_metrics
 from tests.conftest import ROOT
@@ -122,6 +123,10 @@ def test_rlx_eval_reproduces_the_runs_last_val_metrics(run_dir, tmp_path, capsys
     flexible = [r["readings"]["flexible-extract"]["passed"] for r in greedy]
     assert sum(flexible) / 32 == last["val/flexible-extract"]
     assert "[rlx-eval] step_2: 32 prompts: 32 greedy + 4 x 32 sampled" in capsys.readouterr().out
+    # the most common greedy answer (rlx.eval.guess), from the scored set and again from the written rows
+    assert s["answers"] == spreads_of_rows(greedy)["default"].as_dict()
+    assert s["answers"]["passes"] == sum(r["passed"] for r in greedy)
+    assert "| set | most common greedy answer | given to | gold of | passes that are it |" in md
 
 
 def test_training_writes_each_evaluations_problems_as_rlx_eval_does(run_dir, tmp_path):

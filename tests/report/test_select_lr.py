@@ -142,16 +142,50 @@ def test_stage_2_report_gives_each_claims_verdict_and_why_the_arms_differ(tmp_pa
         "NVFP4 LoRA >= 16-bit LoRA (final accuracy)", "AQN raises policy entropy (mean over RL steps)",
         "AQN raises accuracy (final)", "NVFP4 LoRA beats QLoRA (final accuracy)"))}
     # NVFP4 - 16-bit: +10, +12, +14 -> mean 12, sd 2, t(0.975, 2) = 4.303: 12 +- 4.303 * 2 / sqrt(3) = [7.0, 17.0]
-    assert claims["NVFP4 LoRA >= 16-bit LoRA (final accuracy)"][2:] == ["+12.0 [+7.0, +17.0] (n=3)",
+    assert claims["NVFP4 LoRA >= 16-bit LoRA (final accuracy)"][2:4] == ["+12.0 [+7.0, +17.0] (n=3)",
                                                                         "holds (interval above 0)"]
     # AQN - NVFP4 entropy: +0.1, -0.1, +0.05 -> spans 0
     assert claims["AQN raises policy entropy (mean over RL steps)"][3] == "not resolved (interval spans 0)"
     # AQN - NVFP4 accuracy: -10, -12, -14 -> [-17.0, -7.0]
-    assert claims["AQN raises accuracy (final)"][2:] == ["-12.0 [-17.0, -7.0] (n=3)", "does not hold (interval below 0)"]
+    assert claims["AQN raises accuracy (final)"][2:4] == ["-12.0 [-17.0, -7.0] (n=3)", "does not hold (interval below 0)"]
     # NVFP4 - NF4: +20, +22, +8 -> mean 16.7, sd 7.57: [-2.1, +35.5]
-    assert claims["NVFP4 LoRA beats QLoRA (final accuracy)"][2:] == ["+16.7 [-2.1, +35.5] (n=3)",
+    assert claims["NVFP4 LoRA beats QLoRA (final accuracy)"][2:4] == ["+16.7 [-2.1, +35.5] (n=3)",
                                                                      "not resolved (interval spans 0)"]
     why_line = next(ln for ln in md.split("### Why the arms differ")[1].splitlines() if ln.startswith("| NF4 LoRA"))
     cells = [c.strip() for c in why_line.strip("|").split("|")]
     # the NF4 arm's runs: half the groups zero-variance, a quarter truncated, KL 1e-6 at every step
     assert cells[1] == "50.0 ± 0.0 (n=3)" and cells[3] == "25.0 ± 0.0 (n=3)" and cells[5] == "0.000001 ± 0.000000 (n=3)"
+
+
+def write_eval(job: Path, step: int, answers: list[str], golds: list[str]) -> None:
+    """RUN/eval/step_N/completions.jsonl as training's evaluations write it (greedy rows, lm-eval's readings)."""
+    d = job / "eval" / f"step_{step}"
+    d.mkdir(parents=True)
+    rows = [{"set": "default", "index": i, "kind": "greedy", "sample": 0, "prompt": f"problem {i}",
+             "completion": f"The answer is {a}", "passed": a == g, "answer": a, "gold": g,
+             "readings": {"flexible-extract": {"answer": a, "passed": a == g}}} for i, (a, g) in enumerate(zip(answers, golds))]
+    (d / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_an_accuracy_gain_made_of_one_repeated_answer_is_shown_beside_the_claim(tmp_path):
+    # 20 held-out problems: gold 1 five times, then 2..16. AQN answers 1 to all 20 (5 passes, 25%); NVFP4 solves
+    # 2, 2, 3 of the 15 others by seed (10%, 10%, 15%) and answers 0 elsewhere
+    golds = ["1"] * 5 + [str(g) for g in range(2, 17)]
+    for seed, solved in zip((1, 2, 3), (2, 2, 3)):
+        job = make_run(tmp_path, "lora_nvfp4_aqn", "6e-4", seed, late(0.1, 0.2, steps=40), acc=0.25)
+        write_eval(job, 40, ["1"] * 20, golds)
+        job = make_run(tmp_path, "lora_nvfp4", "6e-4", seed, late(0.1, 0.2, steps=40), acc=solved / 20)
+        write_eval(job, 40, ["0"] * 5 + golds[5:5 + solved] + ["0"] * (15 - solved), golds)
+    md, _ = R.build_report(tmp_path, plots=False)
+    row = _row(md, "AQN raises accuracy (final)")
+    # accuracy: +15, +15, +10 points -> mean 13.33, sd 2.887, 4.303 * 2.887 / sqrt(3) = 7.17 -> [+6.2, +20.5]
+    assert row[2:4] == ["+13.3 [+6.2, +20.5] (n=3)", "holds (interval above 0)"]
+    # without gold 1: AQN 0 of 15; NVFP4 2, 2, 3 of 15 -> -13.33, -13.33, -20 -> mean -15.56, sd 3.849,
+    # 4.303 * 3.849 / sqrt(3) = 9.56 -> [-25.1, -6.0]
+    assert row[4:6] == ["-15.6 [-25.1, -6.0] (n=3)", "does not hold (interval below 0)"]
+    jobs = md.split("## Jobs")[1]
+    aqn = next(ln for ln in jobs.splitlines() if ln.startswith("| lora_nvfp4_aqn_lr6e-4_seed1 "))
+    assert "step 40: **1 x 20 (gold of 5), 5 of 5 passes** | 0.0 (gold 1 out) |" in aqn
+    nvfp4 = next(ln for ln in jobs.splitlines() if ln.startswith("| lora_nvfp4_lr6e-4_seed3 "))
+    # NVFP4 seed 3 answers 0 to 17 problems (gold of none): marked, though none of its passes is 0
+    assert "step 40: **0 x 17 (gold of 0), 0 of 3 passes** | 20.0 (gold 1 out) |" in nvfp4

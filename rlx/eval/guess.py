@@ -1,0 +1,118 @@
+"""One answer everywhere: how much of a held-out score a single repeated answer explains (docs/eval.md).
+
+A policy that gives every problem the same number passes every problem whose gold is that number, and every
+reading counts those passes (the task's verdict and lm-eval's alike: "The answer is 1" states 1). On the
+default word problems 15 of the 100 held-out golds are 1 (a story that splits n things into n groups and
+keeps one), so "1" everywhere scores 15%. Word-problem runs learned exactly that: an AQN run that answers
+"The answer is 1" (its every pass is a gold of 1) and a tool run whose template `Liam has 4 - 4 = 1 book
+left.` states 1 for a third of the problems (docs/results.md).
+
+`answer_spread` reads one set's greedy completions:
+- each completion's answer: lm-eval's flexible-extract number when the row has that reading (the number the
+  benchmark reads), else the task's own extraction; compared by rlx.eval.metrics.vote_key (`1`, `1.0` and
+  `**1**` are one answer); no answer is no vote;
+- the mode: the most common answer (ties: the first seen), the problems it was given to, the problems whose
+  gold it is, and the passes (the task's verdict) that are it;
+- `beyond`: the passes on the problems whose gold is not the set's most common gold, over their number: the
+  accuracy left once the best constant guess is taken out, comparable across runs on the same set.
+
+`suspect` marks a mode that explains the score or the answers: over half of at least 2 passes are the mode,
+or the mode was given to at least 15% of the problems and to at least twice as many as it is the gold of (an
+honest solver gives an answer about as often as it is a gold; 15% is the most common gold's share on the word
+problems, so a smaller pattern is within a 100-problem set's spread). It marks; it never changes a score.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+
+from rlx.eval.metrics import vote_key
+from rlx.eval.readings import FLEXIBLE, INVALID
+
+MIN_SHARE = 0.15  # of the problems: one answer given less often is no pattern on a 100-problem set
+OVER_GOLD = 2  # given to at least this many times as many problems as it is the gold of
+
+
+@dataclass(frozen=True)
+class AnswerSpread:
+    problems: int
+    passes: int
+    mode: str | None  # the most common answer (a number in plain form; None: no completion gave one)
+    given: int  # problems answered with the mode
+    gold: int  # problems whose gold is the mode
+    mode_passes: int  # passes whose answer is the mode
+    top_gold: str  # the set's most common gold
+    beyond: float  # passes / problems over the problems whose gold is not top_gold (nan if there are none)
+
+    @property
+    def suspect(self) -> bool:
+        if self.mode is None:
+            return False
+        many_passes = self.passes >= 2 and 2 * self.mode_passes > self.passes
+        over_given = self.given >= MIN_SHARE * self.problems and self.given >= OVER_GOLD * self.gold
+        return many_passes or over_given
+
+    def cell(self) -> str:
+        """`1 x 18 (gold of 15), 5 of 5 passes`, bold when suspect; `–` without an answer."""
+        if self.mode is None:
+            return "–"
+        text = f"{self.mode} x {self.given} (gold of {self.gold}), {self.mode_passes} of {self.passes} passes"
+        return f"**{text}**" if self.suspect else text
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "given": self.given, "gold": self.gold, "passes": self.passes,
+                "mode_passes": self.mode_passes, "problems": self.problems, "top_gold": self.top_gold,
+                "beyond": None if math.isnan(self.beyond) else self.beyond, "suspect": self.suspect}
+
+
+def _plain(key) -> str:
+    """A vote key as text: 4 for `4.`, `4.0` and `**4**`; 3/2 as 1.5; other text as it is."""
+    if isinstance(key, Fraction):
+        if key.denominator == 1:
+            return str(key.numerator)
+        return format(Decimal(key.numerator) / Decimal(key.denominator), "f")
+    return str(key)
+
+
+def row_answer(row: dict) -> str | None:
+    """A completions.jsonl row's answer: its flexible-extract reading, else the task's extraction."""
+    reading = (row.get("readings") or {}).get(FLEXIBLE)
+    answer = reading.get("answer") if reading else row.get("answer")
+    return None if answer is None else str(answer)
+
+
+def answer_spread(answers: list[str | None], golds: list[str], passed: list[bool]) -> AnswerSpread:
+    """The spread of one set's greedy answers ([P] each; module docstring)."""
+    if not (len(answers) == len(golds) == len(passed)) or not golds:
+        raise ValueError(f"answer_spread needs one answer, gold and verdict per problem; got {len(answers)}, "
+                         f"{len(golds)}, {len(passed)}")
+    keys = [None if a in (None, INVALID) else vote_key(a) for a in answers]  # lm-eval's "[invalid]": no answer
+    gold_keys = [vote_key(g) for g in golds]
+    votes = Counter(k for k in keys if k is not None)
+    top_gold_key = Counter(gold_keys).most_common(1)[0][0]
+    others = [p for p, g in zip(passed, gold_keys) if g != top_gold_key]
+    beyond = sum(others) / len(others) if others else float("nan")
+    top_gold = _plain(top_gold_key)
+    if not votes:
+        return AnswerSpread(len(golds), sum(passed), None, 0, 0, 0, top_gold, beyond)
+    mode_key, given = votes.most_common(1)[0]
+    return AnswerSpread(len(golds), sum(passed), _plain(mode_key), given,
+                        sum(g == mode_key for g in gold_keys),
+                        sum(p and k == mode_key for p, k in zip(passed, keys)), top_gold, beyond)
+
+
+def spreads_of_rows(rows: list[dict]) -> dict[str, AnswerSpread]:
+    """{set: answer_spread} of completions.jsonl rows (rlx-eval's format; greedy rows only), sets in file order."""
+    by_set: dict[str, list[dict]] = {}
+    for i, r in enumerate(rows):
+        if r.get("kind", "greedy") == "greedy":
+            missing = [k for k in ("gold", "passed") if k not in r]
+            if missing:
+                raise ValueError(f"row {i + 1} has no {' or '.join(missing)}: not an rlx-eval completions.jsonl row")
+            by_set.setdefault(str(r.get("set", "default")), []).append(r)
+    return {name: answer_spread([row_answer(r) for r in rs], [str(r["gold"]) for r in rs],
+                                [bool(r["passed"]) for r in rs]) for name, rs in by_set.items()}
