@@ -37,6 +37,7 @@ from rlx.config import register_configs
 from rlx.eval.evaluate import Evaluator
 from rlx.extrapolation import build_extrapolator
 from rlx.config.limits import check_fits
+from rlx.run import lock as run_lock
 from rlx.run.logging import NullLogger, RunLogger, say, write_summary, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
 from rlx.noise import build_noise
@@ -255,7 +256,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     trainer = check(cfg)  # before any process group or model
     threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.run.threads)
     world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
+    lock = None
     try:
+        lock = run_lock.hold(run_dir) if world.is_main else None  # one process per run directory (rlx.run.lock)
         done = finished_before(cfg, run_dir)
         if done is not None:  # e.g. a sweep rerun to resume its other jobs
             restore_recorded_config(run_dir, done["config"], world)
@@ -264,6 +267,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         return _run(cfg, run_dir, world, trainer, t_start, threads)
     finally:
         dist.close(world)
+        if lock is not None:
+            lock.close()
 
 
 def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec, t_start: float,
@@ -414,7 +419,9 @@ def main(cfg: DictConfig) -> float:
 
             traceback.print_exc()
             summary = run_dir / "summary.json"
-            if not summary.exists():  # died while building, before run() could write its summary
+            # died while building, before run() could write its summary (a directory another process holds is
+            # that process's to write)
+            if not summary.exists() and not isinstance(e, run_lock.RunDirBusy):
                 write_text_atomic(summary, json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))
             _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
             return float("nan")

@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+from rlx.run.lock import LOCK
+
 from tests.conftest import read_metrics, run_tiny
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
@@ -168,13 +170,14 @@ def test_a_finished_run_rerun_with_its_config_does_nothing_even_without_checkpoi
 
     run_tiny(tmp_path, EASY + ["train.steps=2"])
     shutil.rmtree(tmp_path / "ckpt")  # e.g. removed to save disk once the sweep finished
-    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    results = lambda: {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != LOCK}  # noqa: E731
+    files = results()  # (.rlx.lock names the process holding the directory: each run rewrites it)
     summary = json.loads(files["summary.json"])
     assert summary["status"] == "finished" and summary["config"]["train"]["steps"] == 2
     monkeypatch.setenv("RLX_CACHE", str(tmp_path / "fresh_cache"))
     again = run_tiny(tmp_path, EASY + ["train.steps=2", "train.eval_every=1"])  # a bookkeeping key may differ
     assert again == summary and not (tmp_path / "fresh_cache").exists()  # nothing was built
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == files  # nor rewritten
+    assert results() == files  # nor rewritten
     # a longer budget or another setting is a run to do (here from scratch: no checkpoint is left)
     run_tiny(tmp_path, EASY + ["train.steps=3"])
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]
