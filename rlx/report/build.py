@@ -120,7 +120,7 @@ def build(root: str | Path, layout: str | None = None, plots: bool = True, base:
     pngs: list[Path] = []
     if plots:
         eval_key = scaling_config(jobs).metric if lay.scaling else "val/acc"
-        p = plot_curves(arms, root / "report_curves.png", lay.labels, eval_key)
+        p = plot_curves(lay.shown(arms), root / "report_curves.png", lay.labels, eval_key)
         if p is not None:
             pngs.append(p)
         if lay.scaling:
@@ -129,6 +129,6 @@ def build(root: str | Path, layout: str | None = None, plots: bool = True, base:
                 pngs.append(p)
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs]
-    lines += completions_section(jobs, root)
+    lines += completions_section([j for js in lay.shown(arms).values() for j in js], root)
     lines += ["", "## Jobs", ""] + runs_table(jobs)
     return "\n".join(lines) + "\n", pngs, None

@@ -36,7 +36,8 @@ class LrScore:
     lr: float
     runs: list[Run] = field(default_factory=list)
     scores: dict = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)  # "seed 0: failed", "seed 1: 12 of 20 steps logged", ...
+    missing: list[str] = field(default_factory=list)  # "seed 0: running", "seed 1: 12 of 20 steps logged", "not run"
+    notes: list[str] = field(default_factory=list)  # final runs scored -inf: failed or diverged
 
     @property
     def score(self) -> float | None:
@@ -60,10 +61,33 @@ def _fmt(lr: float) -> str:
     return f"{lr:g}"
 
 
+def expected_grid(sweep: str) -> dict[str, list[float]]:
+    """{arm: its lrs} of a tuning sweep file whose arm files are named `<arm>_lr<lr>` (sweeps/<sweep>.yaml's arm
+    axis, each file's algo.lr): the grid a choice needs, launched or not. {} for a sweep without such files."""
+    from rlx.sweeps.spec import arm_axis, arm_settings
+
+    key, files = arm_axis(sweep)
+    if not key:
+        return {}
+    settings = arm_settings(key)
+    grid: dict[str, list[float]] = {}
+    for name in files:
+        lr = settings.get(name, {}).get("algo.lr")
+        if "_lr" in name and lr is not None:
+            grid.setdefault(name.rsplit("_lr", 1)[0], []).append(float(lr))
+    return {arm: sorted(lrs) for arm, lrs in grid.items()}
+
+
 def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,
-           arm_key: str | None = None) -> dict[str, Choice]:
-    """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order). arm_key: the
-    sweep's arm axis, whose value in the chosen runs' overrides the stage-2 command names."""
+           arm_key: str | None = None, expected: dict[str, list[float]] | None = None) -> dict[str, Choice]:
+    """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order, then expected
+    arms no job has). arm_key: the sweep's arm axis, whose value in the chosen runs' overrides the stage-2
+    command names. expected: {arm: lrs} the sweep runs (expected_grid); an lr of it without a run is missing
+    ("not run"), so an arm is not decided on part of its grid.
+
+    A failed run, or one whose metric is not finite (diverged), scores -inf: it is final and says the lr is
+    the worst. A run without summary.json (running, killed) or with fewer than `last` steps logged leaves
+    its lr undecided until its sweep command is rerun."""
     grouped: dict[str, dict[float, LrScore]] = {}
     for j in jobs:
         lr = lr_of(j)
@@ -71,15 +95,27 @@ def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, 
             continue
         entry = grouped.setdefault(arm_of(j), {}).setdefault(lr, LrScore(lr))
         entry.runs.append(j)
+        if j.failed:
+            entry.scores[j.seed] = -math.inf
+            entry.notes.append(f"seed {j.seed}: failed ({j.error[:80]}), scored as the worst")
+            continue
         if not j.ok:
             entry.missing.append(f"seed {j.seed}: {j.status}")
             continue
         value = last_mean(j, metric, last)
-        if value is None or not math.isfinite(value):
+        if value is not None and not math.isfinite(value):
+            entry.scores[j.seed] = -math.inf
+            entry.notes.append(f"seed {j.seed}: {metric} not finite (diverged), scored as the worst")
+        elif value is None:
             logged = int((j.series(metric)[0] >= 1).sum())
             entry.missing.append(f"seed {j.seed}: {logged} of {last} steps of {metric} logged")
         else:
             entry.scores[j.seed] = value
+    for arm, lrs in (expected or {}).items():
+        by_lr = grouped.setdefault(arm, {})
+        for lr in lrs:
+            if lr not in by_lr:
+                by_lr[lr] = LrScore(lr, missing=["not run"])
     out = {}
     for arm, by_lr in grouped.items():
         lrs = [by_lr[k] for k in sorted(by_lr)]
@@ -95,8 +131,16 @@ def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, 
         why = (f"lr {_fmt(best.lr)}: mean {metric} over the last {last} steps {best.score:.4f}"
                + (f", against {others}" if others else " (the only lr run)")
                + f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
-        if len(lrs) > 1 and sum(s.score == best.score for s in lrs) > 1:
+        tied = len(lrs) > 1 and sum(s.score == best.score for s in lrs) > 1
+        if tied and all(s.score == best.score for s in lrs):
+            why += (f"; every lr scored {best.score:.4f}: the smaller lr by the tie rule, which the data do not "
+                    f"support over the others" + (" (no training reward at any lr)" if best.score == 0 else ""))
+        elif tied:
             why += "; tied: the smaller lr"
+        elif len(lrs) > 2 and best.lr in (lrs[0].lr, lrs[-1].lr):
+            why += "; at the edge of the grid: a wider grid may find a better lr that way"
+        for s in lrs:
+            why += "".join(f"; lr {_fmt(s.lr)} {n}" for n in s.notes)
         arm_choice = None
         if arm_key:
             values = {r.override(arm_key) or r.choices.get(arm_key) for r in best.runs} - {None}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rlx.report.pretrained import pretrained_tables
 from rlx.report.qerl import PAIRS, infer_qerl, qerl_tables
-from rlx.report.lr_choice import lr_of, select, selection_table
+from rlx.report.lr_choice import expected_grid, lr_of, select, selection_table
 from rlx.report.sweeps import Layout, papers
 from rlx.report.tables import (acc_points, beyond_points, first_tenth_mean, md_table, mean_metric, paired_by_seed,
                                paired_cell, seed_verdict, stat)
@@ -32,19 +32,37 @@ class TunedLayout(Layout):
     def arm_of(self, job: Run) -> str:
         return infer_qerl(job)
 
+    def shown(self, arms: dict[str, list[Run]]) -> dict[str, list[Run]]:
+        """The curves and completions show what the tables count: each arm's runs at its chosen lr."""
+        return at_chosen_lr(arms)[0]
+
+
+def stages(jobs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(stage 1: seed 0, the lr sweep; stage 2: every other seed, fresh runs at the chosen lrs)."""
+    return [j for j in jobs if j.seed == 0], [j for j in jobs if j.seed != 0]
+
 
 def at_chosen_lr(arms: dict[str, list[Run]]) -> tuple[dict[str, list[Run]], dict]:
-    """({arm: its runs at its chosen lr}, the choices): an arm run at one lr (stage 2) keeps all its runs, finished
-    or not; an arm run at several (stage 1) keeps those at its chosen lr, or is left out while undecided."""
-    choices = select([j for js in arms.values() for j in js], lambda j: j.arm, arm_key=arm_axis(SWEEP)[0])
+    """({arm: the runs its tables count}, the choices). The choice is stage 1's (seed 0 over the sweep file's
+    whole grid), or, in a stage-2 directory alone, the one lr each arm ran at. An arm's tables count its
+    stage-2 runs at the chosen lr when it has any (seed 0 was selected for its training reward, so it is
+    never one of them), else its stage-1 run at the chosen lr; an arm still undecided is left out."""
+    jobs = [j for js in arms.values() for j in js]
+    first, second = stages(jobs)
+    if first:
+        choices = select(first, lambda j: j.arm, arm_key=arm_axis(SWEEP)[0], expected=expected_grid(SWEEP))
+    else:
+        choices = select(second, lambda j: j.arm, arm_key=arm_axis(SWEEP)[0])
     kept = {}
     for arm, js in arms.items():
-        lrs = {lr_of(j) for j in js}
-        if len(lrs) == 1:
-            kept[arm] = js
+        later = [j for j in js if j.seed != 0]
+        lrs = {lr_of(j) for j in later}
+        if later and not first and len(lrs) == 1:
+            kept[arm] = later  # stage 2 alone: its one lr, finished or not
         elif arm in choices and choices[arm].decided:
-            kept[arm] = [j for j in js if lr_of(j) == choices[arm].lr]
-    return kept, choices
+            pool = later or [j for j in js if j.seed == 0]
+            kept[arm] = [j for j in pool if lr_of(j) == choices[arm].lr]
+    return {a: js for a, js in kept.items() if js}, choices
 
 
 CLAIMS = (  # (claim, arm, against, value, format)
@@ -107,8 +125,9 @@ def why_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
 def tuned_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     labels = papers()["qerl"]["labels"]
     chosen, choices = at_chosen_lr(arms)
+    first, second = stages(jobs)
     out = ["## Learning rate per arm (training side)", ""]
-    if all(len(c.lrs) == 1 for c in choices.values()):  # stage 2: the lrs were chosen by stage 1's sweep
+    if not first:  # stage 2 alone: the lrs were chosen by stage 1's sweep
         out += ["Each arm ran at one lr (chosen on stage 1's training reward: `python -m rlx.report.select_lr "
                 "<stage 1 directory>`): " + ", ".join(f"{labels.get(a, a)} {c.lrs[0].lr:g}"
                                                       for a, c in choices.items()) + ".", ""]
@@ -117,7 +136,11 @@ def tuned_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     if not chosen:
         return out + ["No arm is decided yet: the tables below need each arm's runs at its chosen lr."]
     jobs_at = [j for js in chosen.values() for j in js]
-    out += [f"The tables below use each arm's runs at its chosen lr only ({len(jobs_at)} of {len(jobs)} runs).", ""]
+    which = ("stage 2's seeds at its chosen lr (stage 1's seed 0 chose the lr and is not counted)" if second
+             else "its stage-1 run (seed 0) at its chosen lr: a preview, one seed, selected for its training reward")
+    out += [f"The tables below count each arm's {which} ({len(jobs_at)} of {len(jobs)} runs). Each arm is at "
+            f"its own lr, so an arm-vs-arm difference includes the lr's effect, as the paper's per-arm settings do.",
+            ""]
     out += qerl_tables(chosen, jobs_at, sweep=SWEEP, row="rlx SmolLM2-135M (each arm at its lr)",
                        sixteen_bit="the unquantized base (fp32)", order=list(ARMS), pairs=TUNED_PAIRS)
     out += claims_table(chosen, labels) + why_table(chosen, labels)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlx.report.lr_choice import LAST, METRIC, select, selection_table, stage2_command
+from rlx.report.lr_choice import LAST, METRIC, expected_grid, select, selection_table, stage2_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,13 +39,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--last must be >= 1, got {args.last}")
     if not args.sweep_dir.is_dir():
         ap.error(f"{args.sweep_dir} is not a directory")
-    jobs = read_sweep(args.sweep_dir, marker=".hydra/config.yaml")
+    try:
+        jobs = read_sweep(args.sweep_dir, marker=".hydra/config.yaml")
+    except ValueError as e:
+        ap.error(str(e))
     if not jobs:
         ap.error(f"no run directories (with .hydra/config.yaml) under {args.sweep_dir}")
     groups = sorted({str(j.get("logger.group")) for j in jobs})
     sweep = groups[0] if len(groups) == 1 else None
     arm_key = arm_axis(sweep)[0] if sweep else None
-    choices = select(jobs, infer_qerl, args.metric, args.last, arm_key)
+    choices = select(jobs, infer_qerl, args.metric, args.last, arm_key, expected_grid(sweep) if sweep else None)
     labels = papers()["qerl"]["labels"]
     print(f"# Learning rate per arm: {args.sweep_dir} ({len(jobs)} runs)\n")
     print("\n".join(selection_table(choices, labels, args.metric, args.last)))

@@ -41,6 +41,11 @@ class Layout:
     def order(self) -> list[str]:
         return list(arm_axis(self.sweep)[1])
 
+    def shown(self, arms: dict[str, list[Run]]) -> dict[str, list[Run]]:
+        """The runs the curves and the completions show (every run; a layout whose tables count a subset
+        shows that subset)."""
+        return arms
+
     def arm_of(self, job: Run) -> str:
         """The job's arm: the arm axis in its overrides (or Hydra's recorded choices), else its config."""
         if self.arm_key:

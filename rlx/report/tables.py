@@ -116,14 +116,28 @@ def acc_points(j) -> float | None:
     return None if v is None else 100 * float(v)
 
 
+def one_per_seed(runs: list, arm: str) -> dict:
+    """{seed: run} of an arm's finished runs; two finished runs of one seed are refused (a pairing would keep
+    one of them silently): e.g. two sweeps' directories under one report, or a seed rerun elsewhere."""
+    out: dict = {}
+    for j in runs:
+        if not j.ok:
+            continue
+        if j.seed in out:
+            raise ValueError(f"arm {arm} has two finished runs of seed {j.seed} ({out[j.seed].name}, {j.name}): a "
+                             f"paired comparison needs one per seed; report each sweep's directory on its own")
+        out[j.seed] = j
+    return out
+
+
 def paired_by_seed(arms: dict, a: str, b: str, value) -> list[float]:
-    """value(a's run) - value(b's run) for every seed both arms finished (sorted by seed); a None skips the seed."""
-    left = {j.seed: j for j in arms.get(a, []) if j.ok}
-    right = {j.seed: j for j in arms.get(b, []) if j.ok}
+    """value(a's run) - value(b's run) for every seed both arms finished (sorted by seed); a None or a
+    non-finite value skips the seed."""
+    left, right = one_per_seed(arms.get(a, []), a), one_per_seed(arms.get(b, []), b)
     out = []
     for seed in sorted(set(left) & set(right), key=str):
         x, y = value(left[seed]), value(right[seed])
-        if x is not None and y is not None:
+        if x is not None and y is not None and math.isfinite(x - y):
             out.append(x - y)
     return out
 
@@ -230,10 +244,13 @@ def answers_cells(j: Run) -> list[str]:
 
 
 def beyond_points(j: Run) -> float | None:
-    """Accuracy in points at the last evaluation with a per-problem file, on the problems whose gold is not the
-    set's most common gold (mean over sets); None without a file (rlx.eval.guess)."""
+    """Accuracy in points at the final evaluation, on the problems whose gold is not the set's most common gold
+    (mean over sets); None without that evaluation's per-problem file (rlx.eval.guess)."""
     found = last_eval_spread(j)
     if not found or not j.ok:
+        return None
+    final = j.series("val/acc")[0]
+    if final.size and found[0] != int(final[-1]):  # the file is not the final evaluation's: not comparable
         return None
     vals = [a.beyond for a in found[1].values() if not math.isnan(a.beyond)]
     return 100 * statistics.fmean(vals) if vals else None

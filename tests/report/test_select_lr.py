@@ -102,10 +102,67 @@ def test_the_command_prints_the_stage_2_sweep_with_each_arms_file(tmp_path, caps
     assert sorted(arms) == sorted(["lora_none_lr3e-4", "lora_nvfp4_lr3e-4", "lora_nvfp4_aqn_lr3e-4", "lora_nf4_lr6e-4"])
 
 
-def test_held_out_metrics_are_refused_as_the_choice(tmp_path):
+def test_held_out_metrics_are_refused_as_the_choice(tmp_path, capsys):
     stage1(tmp_path)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as e:
         select_main([str(tmp_path), "--metric", "val/acc"])
+    assert e.value.code == 2 and "never on held-out metrics" in capsys.readouterr().err
+
+
+def test_an_lr_of_the_grid_that_was_never_launched_leaves_its_arm_undecided(tmp_path, capsys):
+    stage1(tmp_path)
+    import shutil
+
+    shutil.rmtree(tmp_path / "lora_nf4_lr3e-4_seed0")  # e.g. the other lane has not reached it yet
+    assert select_main([str(tmp_path)]) == 1
+    assert "- NF4 LoRA (QLoRA): undecided: lr 0.0003: not run" in capsys.readouterr().out
+
+
+def test_a_failed_or_diverged_lr_is_the_worst_and_ties_and_edges_are_said(tmp_path):
+    stage1(tmp_path)
+    import shutil
+
+    # NF4 at 1.2e-3 failed, at 6e-4 diverged (NaN reward at the end): 3e-4 (0.25) is chosen over both
+    shutil.rmtree(tmp_path / "lora_nf4_lr1.2e-3_seed0")
+    make_run(tmp_path, "lora_nf4", "1.2e-3", 0, late(0.1, 0.30), acc=0.9, status="failed")
+    shutil.rmtree(tmp_path / "lora_nf4_lr6e-4_seed0")
+    make_run(tmp_path, "lora_nf4", "6e-4", 0, late(0.1, float("nan")), acc=0.9)
+    # NVFP4 LoRA: every lr at 0 reward
+    for lr in ("3e-4", "6e-4", "1.2e-3"):
+        shutil.rmtree(tmp_path / f"lora_nvfp4_lr{lr}_seed0")
+        make_run(tmp_path, "lora_nvfp4", lr, 0, late(0.0, 0.0), acc=0.0)
+    choices = select(read_sweep(tmp_path, marker=".hydra/config.yaml"), infer_qerl, arm_key="qerl_tuned_arm")
+    nf4 = choices["lora_nf4"]
+    assert nf4.lr == 3e-4 and "lr 0.0012 seed 0: failed" in nf4.why and "lr 0.0006 seed 0: train/reward/mean not " \
+        "finite (diverged), scored as the worst" in nf4.why and "at the edge of the grid" in nf4.why
+    assert choices["lora_nvfp4"].lr == 3e-4 and ("every lr scored 0.0000: the smaller lr by the tie rule, which the "
+                                                 "data do not support over the others (no training reward at any lr)"
+                                                 ) in choices["lora_nvfp4"].why
+    assert "edge" not in choices["lora_none"].why  # 3e-4, the middle of 1.5e-4 / 3e-4 / 6e-4
+
+
+def test_a_directory_with_both_stages_counts_stage_2_at_stage_1s_choice(tmp_path):
+    # stage 1 chooses 3e-4 for 16-bit; stage 2's seeds at 3e-4 have a LOWER training reward than stage 1's
+    # other lrs: pooling them into the choice would flip it to 6e-4, and seed 0 must not be counted
+    stage1(tmp_path / "stage1")
+    for seed, acc in zip((1, 2, 3), (0.31, 0.33, 0.35)):
+        make_run(tmp_path / "stage2", "lora_none", "3e-4", seed, late(0.1, 0.1), acc=acc)
+    md, _ = R.build_report(tmp_path, plots=False)
+    assert "| 16-bit LoRA | 0.0003 | 0: 0.5000 | 0.5000 |  | **chosen** |" in md
+    assert "The tables below count each arm's stage 2's seeds at its chosen lr" in md
+    ours = dict(zip(_row(md, "model"), _row(md, "rlx SmolLM2-135M (each arm at its lr)")))
+    assert ours["16-bit LoRA"].startswith("33.0 ") and ours["16-bit LoRA"].endswith("(n=3)")
+    assert ours["NVFP4 LoRA"] == "20.0 (n=1)"  # no stage-2 run yet: its stage-1 run at the chosen lr
+
+
+def test_two_finished_runs_of_one_seed_in_one_arm_are_refused(tmp_path):
+    for sub in ("a", "b"):
+        for arm in ("lora_none", "lora_nvfp4"):
+            make_run(tmp_path / sub, arm, "6e-4" if arm == "lora_nvfp4" else "3e-4", 1, late(0.1, 0.2, steps=40),
+                     acc=0.3)
+    with pytest.raises(ValueError, match=r"arm lora_nvfp4 has two finished runs of seed 1 \(a/lora_nvfp4_lr6e-4_seed1, "
+                                         r"b/lora_nvfp4_lr6e-4_seed1\): a paired comparison needs one per seed"):
+        R.build_report(tmp_path, plots=False)
 
 
 def _row(md: str, first: str) -> list[str]:
@@ -117,7 +174,7 @@ def test_stage_1_report_uses_each_arms_chosen_lr(tmp_path):
     stage1(tmp_path)
     md, _ = R.build_report(tmp_path, plots=False)
     assert md.startswith("# QeRL on SmolLM2-135M, each arm at its own lr")
-    assert "The tables below use each arm's runs at its chosen lr only (4 of 12 runs)." in md
+    assert "The tables below count each arm's its stage-1 run (seed 0) at its chosen lr" in md and "(4 of 12 runs)" in md
     ours = dict(zip(_row(md, "model"), _row(md, "rlx SmolLM2-135M (each arm at its lr)")))
     # the chosen runs' accuracies, not the better held-out accuracies at the other lrs
     assert ours["16-bit LoRA"] == "40.0 (n=1)" and ours["NVFP4 LoRA"] == "20.0 (n=1)"
