@@ -65,6 +65,16 @@ def test_steps_saved_counts_only_seeds_that_reach_the_long_runs_final(arms):
     assert row(paired_tables(arms, {}), "next")[1] == "41.7 [5.8, 77.5] (n=3)"
 
 
+def test_plain_rl_at_n_is_the_steps_saved_control(arms):
+    # plain RL at N ends at 0.2 / 0.3 / 0.4, below every seed's target (0.5 / 0.5 / 0.6): no seed reaches it
+    md = paired_tables(arms, {})
+    assert row(md, "none_n (control: no extrapolation)")[1].startswith("0 of 3 seeds reach it")
+    # a plain run at N that reaches 0.5 at step 20 in seed 0 "saves" 1 - 20/40 = 50% without extrapolating
+    arms["none_n"][0] = run(0, {0: 0.1, 20: 0.5, 50: 0.5})
+    assert row(paired_tables(arms, {}), "none_n (control: no extrapolation)")[1] == (
+        "1 of 3 seeds reach it (50.0): no interval (a seed that never reaches it has no saving to average)")
+
+
 def test_an_unfinished_run_is_left_out_of_the_pairs(arms):
     arms["next"][2] = run(2, {0: 0.1, 30: 0.5}, alpha=1.5, finished=False)
     # NExt - 1.6N over seeds 0 and 1 only: -10, -5
