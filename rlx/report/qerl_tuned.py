@@ -87,7 +87,8 @@ def claims_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str
         rows.append(row)
     return ["", "### The paper's claims, seed by seed", "",
             "Paired over the seeds both arms finished, each arm at its own lr: mean difference [95% t-interval] "
-            "(n seeds). Accuracy in points; the last two columns read accuracy on the held-out problems whose gold "
+            "(n seeds); holds needs the interval above 0, for the '>=' claim too (no non-inferiority margin is "
+            "assumed). Accuracy in points; the last two columns read accuracy on the held-out problems whose gold "
             "is not the set's most common gold, so a policy that gives one answer everywhere gains nothing there "
             "(rlx.eval.guess, docs/eval.md 'One answer everywhere').", ""] + md_table(
         ["claim", "difference", "paired difference", "verdict", "without the most common gold", "verdict"], rows)
