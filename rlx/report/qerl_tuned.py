@@ -137,8 +137,9 @@ def tuned_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     if not chosen:
         return out + ["No arm is decided yet: the tables below need each arm's runs at its chosen lr."]
     jobs_at = [j for js in chosen.values() for j in js]
-    which = ("stage 2's seeds at its chosen lr (stage 1's seed 0 chose the lr and is not counted)" if second
-             else "its stage-1 run (seed 0) at its chosen lr: a preview, one seed, selected for its training reward")
+    which = ("stage-2 seeds at its chosen lr (stage 1's seed 0 chose the lr and is not counted; an arm with no "
+             "stage-2 run yet shows its stage-1 run there, one seed)" if second
+             else "stage-1 run (seed 0) at its chosen lr: a preview, one seed, selected for its training reward")
     out += [f"The tables below count each arm's {which} ({len(jobs_at)} of {len(jobs)} runs). Each arm is at "
             f"its own lr, so an arm-vs-arm difference includes the lr's effect, as the paper's per-arm settings do.",
             ""]

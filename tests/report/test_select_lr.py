@@ -149,7 +149,7 @@ def test_a_directory_with_both_stages_counts_stage_2_at_stage_1s_choice(tmp_path
         make_run(tmp_path / "stage2", "lora_none", "3e-4", seed, late(0.1, 0.1), acc=acc)
     md, _ = R.build_report(tmp_path, plots=False)
     assert "| 16-bit LoRA | 0.0003 | 0: 0.5000 | 0.5000 |  | **chosen** |" in md
-    assert "The tables below count each arm's stage 2's seeds at its chosen lr" in md
+    assert "The tables below count each arm's stage-2 seeds at its chosen lr" in md
     ours = dict(zip(_row(md, "model"), _row(md, "rlx SmolLM2-135M (each arm at its lr)")))
     assert ours["16-bit LoRA"].startswith("33.0 ") and ours["16-bit LoRA"].endswith("(n=3)")
     assert ours["NVFP4 LoRA"] == "20.0 (n=1)"  # no stage-2 run yet: its stage-1 run at the chosen lr
@@ -174,7 +174,7 @@ def test_stage_1_report_uses_each_arms_chosen_lr(tmp_path):
     stage1(tmp_path)
     md, _ = R.build_report(tmp_path, plots=False)
     assert md.startswith("# QeRL on SmolLM2-135M, each arm at its own lr")
-    assert "The tables below count each arm's its stage-1 run (seed 0) at its chosen lr" in md and "(4 of 12 runs)" in md
+    assert "The tables below count each arm's stage-1 run (seed 0) at its chosen lr" in md and "(4 of 12 runs)" in md
     ours = dict(zip(_row(md, "model"), _row(md, "rlx SmolLM2-135M (each arm at its lr)")))
     # the chosen runs' accuracies, not the better held-out accuracies at the other lrs
     assert ours["16-bit LoRA"] == "40.0 (n=1)" and ours["NVFP4 LoRA"] == "20.0 (n=1)"
