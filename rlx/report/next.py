@@ -6,8 +6,8 @@ import math
 import statistics
 
 from rlx.report.sweeps import papers
-from rlx.report.tables import (acc_points, base_cell, logged_value, md_table, paired_by_seed, paired_cell,
-                               seed_verdict, stat, summary_value)
+from rlx.report.tables import (acc_points, base_cell, logged_value, md_table, one_per_seed, paired_by_seed,
+                               paired_cell, seed_verdict, stat, summary_value)
 from rlx.run.records import Run
 
 
@@ -73,16 +73,17 @@ def next_tables(arms: dict[str, list[Run]], jobs: list[Run], labels: dict[str, s
 def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key: str = "val/acc",
                          baseline: str = "GRPO-LoRA") -> list[str]:
     """Per seed: the target is that seed's own final `key` of plain RL at 1.6N; each arm's first step reaching it."""
-    long = {j.seed: j for j in arms.get("none_long", []) if j.ok and j.series(key)[1].size}
+    long = {s: j for s, j in one_per_seed(arms.get("none_long", []), "none_long").items() if j.series(key)[1].size}
     if not long:
         return []
     others = [a for a in arms if a != "none_long"]
+    by_seed = {a: one_per_seed(arms[a], a) for a in ["none_long", *others]}
     rows = []
     for seed in sorted(long, key=str):
         target = float(long[seed].series(key)[1][-1])
         cells = []
         for arm in ["none_long", *others]:
-            run = next((j for j in arms[arm] if j.seed == seed and j.ok), None)
+            run = by_seed[arm].get(seed)
             if run is None or not run.series(key)[1].size:
                 cells.append("–")
                 continue
@@ -101,8 +102,8 @@ def step_savings(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> 
     """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long), where s_long is the first evaluation
     step at which plain RL at 1.6N reaches its own final `key` (its end or earlier) and s_arm the first at
     which `arm` reaches the same value; a seed whose `arm` never reaches it gives no saving (censored)."""
-    long = {j.seed: j for j in arms.get("none_long", []) if j.ok and j.series(key)[1].size}
-    mine = {j.seed: j for j in arms.get(arm, []) if j.ok and j.series(key)[1].size}
+    long, mine = ({s: j for s, j in one_per_seed(arms.get(a, []), a).items() if j.series(key)[1].size}
+                  for a in ("none_long", arm))
     savings, compared = [], 0
     for seed in sorted(set(long) & set(mine), key=str):
         target = float(long[seed].series(key)[1][-1])

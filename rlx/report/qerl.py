@@ -8,7 +8,8 @@ import numpy as np
 
 from rlx.report.sweeps import papers
 from rlx.report.tables import (
-    acc_points, base_cell, first_tenth_mean, mean_metric, md_table, paired_by_seed, paired_cell, pct, stat, summary_value,
+    acc_points, base_cell, first_tenth_mean, mean_metric, md_table, one_per_seed, paired_by_seed, paired_cell, pct, stat,
+    summary_value,
 )
 from rlx.run.records import Run
 from rlx.sweeps.spec import arm_axis
@@ -104,8 +105,8 @@ def noise_windows(steps: int) -> list[tuple[str, int, int]]:
 
 def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
     """Per seed: NVFP4 LoRA without vs with AQN, mean rollout entropy per noise window and final val/acc."""
-    plain = {j.seed: j for j in arms.get("lora_nvfp4", []) if j.ok}
-    noisy = {j.seed: j for j in arms.get("lora_nvfp4_aqn", []) if j.ok}
+    plain, noisy = one_per_seed(arms.get("lora_nvfp4", []), "lora_nvfp4"), one_per_seed(arms.get("lora_nvfp4_aqn", []),
+                                                                                        "lora_nvfp4_aqn")
     seeds = sorted(set(plain) & set(noisy), key=str)
     if not seeds:
         return []
@@ -147,9 +148,7 @@ def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str], pairs:
     in the gain over each arm's own base, and in mean rollout entropy, with their 95% t-interval over seeds."""
     rows = []
     for a, b in pairs:
-        left = {j.seed: j for j in arms.get(a, []) if j.ok}
-        right = {j.seed: j for j in arms.get(b, []) if j.ok}
-        seeds = sorted(set(left) & set(right), key=str)
+        seeds = sorted(set(one_per_seed(arms.get(a, []), a)) & set(one_per_seed(arms.get(b, []), b)), key=str)
         if not seeds:
             continue
         diffs = {"acc": paired_by_seed(arms, a, b, acc_points), "gain": paired_by_seed(arms, a, b, _gain_points),
