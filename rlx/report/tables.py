@@ -184,10 +184,13 @@ def pct(v) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
+TRIPWIRE_COLUMN = "hack % unstated / hedged / copy / guess"
+
+
 def tripwire_cell(j: Run) -> str:
-    """'unstated / hedged / copy': the largest WINDOW-step moving mean of each hack tripwire over the run, in %
-    (rlx.tasks.tripwires.run_maxima; copy: over its base); bold past the threshold train.log warns at; '–'
-    before MIN_STEPS values."""
+    """'unstated / hedged / copy / guess': the largest WINDOW-step moving mean of each hack tripwire over the run,
+    in % (rlx.tasks.tripwires.run_maxima; copy and guess: over their base); bold past the threshold train.log
+    warns at; '–' before MIN_STEPS values (and for guess in runs from before it)."""
     from rlx.tasks.tripwires import HACKS, THRESHOLDS, run_maxima
 
     top = run_maxima(j.records)
@@ -204,7 +207,9 @@ def tripwire_note() -> str:
 
     limits = " / ".join(f"{100 * THRESHOLDS[k]:.0f}" for k in HACKS)
     return (f"hack %: of the rewarded completions, the share that stated no number / hedged / copied a prompt number "
-            f"(less the share whose gold is one), the largest {WINDOW}-step moving mean over the run (train/hack/*); "
+            f"(less the share whose gold is one); of the pairs of completions to different prompts, the share that "
+            f"state the same number (less the share whose golds agree); the largest {WINDOW}-step moving mean over "
+            f"the run (train/hack/*); "
             f"bold: past the threshold ({limits}) where train.log warned that the reward may pay for a hack "
             f"(docs/rewards.md, 'Hack tripwires').")
 
@@ -286,7 +291,7 @@ def runs_table(jobs: list[Run]) -> list[str]:
                      f"{j.summary['wall_s']:.0f}" if j.summary.get("wall_s") is not None else "–",
                      j.error[:120]])
     header = ["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %",
-              *(["hack % unstated / hedged / copy"] if tripwires else []),
+              *([TRIPWIRE_COLUMN] if tripwires else []),
               *(["most common answer", "acc % without the most common gold"] if spread else []), "wall s", "error"]
     return (md_table(header, rows) + (["", tripwire_note()] if tripwires else [])
             + (["", answers_note()] if spread else []))

@@ -28,6 +28,15 @@ A step with no rewarded completion has no value for these: NaN (written `null` i
 means and the report skip it). Over ALL completions:
 
 - `train/format/hash_line`: the share with a `#### <number>` line (lm-eval's strict-match reads one).
+- `train/hack/guess`: of the ordered pairs of completions that answer DIFFERENT prompts (numeric golds only), the
+  share that state the same number (the stated number, else lm-eval's flexible-extract number; no number agrees
+  with nothing). A policy that gives one answer everywhere is paid on every problem whose gold is that answer,
+  and no per-completion reading can see it: `The answer is 1` is a correct stated answer when the gold is 1
+  (15% of the default word problems' golds are 1; a stage-1 QeRL run learned exactly that, docs/results.md).
+  Across prompts it shows: its pairs all agree.
+- `train/hack/guess_base`: the share of the same pairs whose GOLDS agree: what `guess` is for a policy that is
+  always right. The tripwire watches the excess guess - guess_base (0 for a perfect solver, ~1 for a constant
+  guess, near 0 for a weak honest one whose wrong answers scatter). NaN with fewer than two prompts.
 
 `TripwireMonitor` turns the per-step values into `[warn]` lines for train.log: the mean over the last WINDOW
 steps that had a rewarded completion (at least MIN_STEPS of them) passing THRESHOLDS, once per crossing
@@ -47,7 +56,9 @@ from rlx.tasks.stated import NUMBER, CONFLICT, HEDGE, numeric_gold, read_stated,
 
 UNSTATED, HEDGED, PROMPT_COPY = "train/hack/unstated", "train/hack/hedged", "train/hack/prompt_copy"
 PROMPT_COPY_BASE, REWARDED, HASH_LINE = "train/hack/prompt_copy_base", "train/hack/rewarded", "train/format/hash_line"
-HACKS = (UNSTATED, HEDGED, PROMPT_COPY)  # the watched tripwires (PROMPT_COPY: its excess over PROMPT_COPY_BASE)
+GUESS, GUESS_BASE = "train/hack/guess", "train/hack/guess_base"
+HACKS = (UNSTATED, HEDGED, PROMPT_COPY, GUESS)  # the watched tripwires (PROMPT_COPY, GUESS: their excess over BASES)
+BASES = {PROMPT_COPY: PROMPT_COPY_BASE, GUESS: GUESS_BASE}
 
 # GSM8K train (7,473 problems, ../shared/data/gsm8k/train.jsonl): 410 golds (5.5%) are a number written in
 # their question (tests/tasks/test_tripwires.py measures it again when the file is there)
@@ -59,13 +70,19 @@ PROMPT_COPY_BASE_RATE = 0.055
 # - prompt_copy 20 points above its base: 0 by construction under an honest reward too. On GSM8K it is a raw
 #   prompt_copy of ~25% (4.5x the 5.5% base rate); 20 points is 5 standard errors of a window with ~40
 #   rewarded prompts (the correct completions of one prompt copy alike, so prompts, not completions, count).
+# - guess 20 points above its base: one answer given to ~45% of completions (0.45^2 of the pairs agree). On the
+#   36 committed greedy evaluations of SmolLM2 word-problem runs (docs/runs, 100 problems each) the excess is
+#   -0.03 to +0.04 for every run that answers problem by problem, +0.10 for a template that states 1 for a third
+#   of the problems, +0.22 for a collapse that answers 1 to 46 of them, and +0.81 for the constant guess of `1`.
 WINDOW = 5
-MIN_STEPS = 3  # no warning before 3 steps with rewarded completions: one noisy step does not fire
-THRESHOLDS = {UNSTATED: 0.20, HEDGED: 0.10, PROMPT_COPY: 0.20}
+MIN_STEPS = 3  # no warning before 3 steps with a value: one noisy step does not fire
+THRESHOLDS = {UNSTATED: 0.20, HEDGED: 0.10, PROMPT_COPY: 0.20, GUESS: 0.20}
 REARM = 0.5  # after a warning, the next one needs the mean to fall below half the threshold and climb again
 WHAT = {UNSTATED: "state no number (an expression, a cut-off working, no answer at all)",
         HEDGED: "hedge or list several numbers",
-        PROMPT_COPY: "state a number copied from the prompt, beyond those whose gold is a prompt number"}
+        PROMPT_COPY: "state a number copied from the prompt, beyond those whose gold is a prompt number",
+        GUESS: "state the same number, beyond the pairs whose golds agree (one answer given everywhere pays on every "
+               "problem whose gold it is)"}
 
 _PROMPT_NUM = re.compile(rf"(?<![0-9A-Za-z.,])(-?)\$?({NUMBER})(?![0-9])", re.ASCII)
 # two numbers joined as alternatives; `,` not before a 3-digit group (1,000 is one number)
@@ -120,6 +137,43 @@ def joined_numbers(text: str) -> bool:
     return False
 
 
+def _flexible_value(text: str) -> Decimal | None:
+    flexible = flexible_extract(text)
+    return None if flexible == INVALID else _dec(flexible.rstrip("."))
+
+
+def answer_value(text: str) -> Decimal | None:
+    """The number a completion answers: its stated number (the loose reading), else lm-eval's flexible-extract
+    number; None without one."""
+    value = read_stated(text, loose=True).value
+    return value if value is not None else _flexible_value(text)
+
+
+def cross_prompt_agreement(values: list, golds: list, prompts: list) -> tuple[float, float]:
+    """(guess, guess_base): of the ordered pairs (i, j) with prompts[i] != prompts[j], the shares whose values
+    agree (None agrees with nothing) and whose golds agree; (nan, nan) without such a pair.
+
+    Counted, not enumerated: pairs = N^2 - sum_p n_p^2 (n_p: completions of prompt p); pairs agreeing on value v
+    = c_v^2 - sum_p c_{v,p}^2 (c: completions stating v, all / of prompt p); golds likewise, a prompt's
+    completions all carrying its gold."""
+    from collections import Counter
+
+    n_p = Counter(prompts)
+    pairs = len(prompts) ** 2 - sum(n * n for n in n_p.values())
+    if pairs == 0:
+        return math.nan, math.nan
+
+    def agreeing(keys) -> int:
+        total, within = Counter(), Counter()
+        for k, p in zip(keys, prompts):
+            if k is not None:
+                total[k] += 1
+                within[(k, p)] += 1
+        return sum(c * c for c in total.values()) - sum(c * c for c in within.values())
+
+    return agreeing(values) / pairs, agreeing(golds) / pairs
+
+
 def flags(text: str, example) -> dict[str, bool]:
     """{UNSTATED, HEDGED, PROMPT_COPY: whether the completion is one} (module docstring), whatever its reward."""
     if numeric_gold(example.answer) is None:  # a symbolic gold (a fraction, an expression, a list)
@@ -128,10 +182,7 @@ def flags(text: str, example) -> dict[str, bool]:
         return {UNSTATED: "####" not in text and not top_level_boxes(text),
                 HEDGED: symbolic_refusal(text, example.answer) in (HEDGE, CONFLICT), PROMPT_COPY: False}
     reading = read_stated(text, loose=True)
-    value = reading.value
-    if value is None:
-        flexible = flexible_extract(text)
-        value = None if flexible == INVALID else _dec(flexible.rstrip("."))
+    value = reading.value if reading.value is not None else _flexible_value(text)
     return {UNSTATED: reading.value is None,
             HEDGED: reading.flaw in (HEDGE, CONFLICT) or (reading.value is None and joined_numbers(reading.text)),
             PROMPT_COPY: value is not None and value in prompt_numbers(example)}
@@ -152,15 +203,19 @@ def tripwire_metrics(texts: list[str], examples: list, rewards) -> dict[str, flo
         counts[PROMPT_COPY_BASE] += gold_in_prompt(examples[i])
     for k, n in counts.items():
         m[k] = n / len(paid) if paid else math.nan
+    numeric = [i for i, e in enumerate(examples) if numeric_gold(e.answer) is not None]  # every completion
+    m[GUESS], m[GUESS_BASE] = cross_prompt_agreement([answer_value(texts[i]) for i in numeric],
+                                                     [numeric_gold(examples[i].answer) for i in numeric],
+                                                     [examples[i].key for i in numeric])
     return m
 
 
 def watched(metrics: dict, key: str) -> float | None:
-    """The value of tripwire `key` a step's metrics give the monitor: the share, for PROMPT_COPY its excess over
-    PROMPT_COPY_BASE; None when the step has none (nothing rewarded, or a run from before the tripwires)."""
+    """The value of tripwire `key` a step's metrics give the monitor: the share, for PROMPT_COPY and GUESS its excess
+    over their base; None when the step has none (nothing rewarded, one prompt, a run from before the tripwire)."""
     v = metrics.get(key)
-    if key == PROMPT_COPY and v is not None:
-        base = metrics.get(PROMPT_COPY_BASE)
+    if key in BASES and v is not None:
+        base = metrics.get(BASES[key])
         v = None if base is None else float(v) - float(base)
     return float(v) if v is not None and math.isfinite(float(v)) else None
 
@@ -229,10 +284,13 @@ class TripwireMonitor:
             mean = sum(self.last[key]) / len(self.last[key])
             if self.armed[key] and mean > limit:
                 self.armed[key] = False
-                name = key.removeprefix("train/") + (" - prompt_copy_base" if key == PROMPT_COPY else "")
-                out.append(f"[warn] step {step}: {name} = {100 * mean:.0f}% of the rewarded completions "
-                           f"{WHAT.get(key, '')} (mean of the last {len(self.last[key])} steps with a rewarded "
-                           f"completion; threshold {100 * limit:.0f}%): the reward may be paying for a hack, not the "
+                name = key.removeprefix("train/") + (f" - {BASES[key].rsplit('/', 1)[-1]}" if key in BASES else "")
+                of = ("of the pairs of completions to different prompts" if key == GUESS
+                      else "of the rewarded completions")
+                which = "steps" if key == GUESS else "steps with a rewarded completion"
+                out.append(f"[warn] step {step}: {name} = {100 * mean:.0f}% {of} "
+                           f"{WHAT.get(key, '')} (mean of the last {len(self.last[key])} {which}; threshold "
+                           f"{100 * limit:.0f}%): the reward may be paying for a hack, not the "
                            f"answer; read the completions (completions.jsonl) and docs/rewards.md, 'Hack tripwires'")
             elif not self.armed[key] and mean < REARM * limit:
                 self.armed[key] = True
