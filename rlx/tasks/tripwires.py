@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import deque
+from collections import Counter, deque
 from decimal import Decimal, InvalidOperation
 
 from rlx.eval.readings import INVALID, flexible_extract, strict_match
@@ -156,8 +156,6 @@ def cross_prompt_agreement(values: list, golds: list, prompts: list) -> tuple[fl
     Counted, not enumerated: pairs = N^2 - sum_p n_p^2 (n_p: completions of prompt p); pairs agreeing on value v
     = c_v^2 - sum_p c_{v,p}^2 (c: completions stating v, all / of prompt p); golds likewise, a prompt's
     completions all carrying its gold."""
-    from collections import Counter
-
     n_p = Counter(prompts)
     pairs = len(prompts) ** 2 - sum(n * n for n in n_p.values())
     if pairs == 0:
