@@ -154,6 +154,31 @@ def test_the_committed_constant_guess_fires_and_the_runs_that_answer_do_not():
     assert len(_replayed_guess("lora_nvfp4_lr6e-4_seed0")[1]) == 1
 
 
+@pytest.mark.skipif(not STAGE1.is_dir(), reason="the committed records are absent")
+def test_the_threshold_separates_the_committed_held_out_sets():
+    """The calibration in THRESHOLDS' comment: every committed greedy evaluation of a word-problem run (one
+    completion per problem, so the pairs are pairs of problems) through the same agreement."""
+    from rlx.tasks.stated import numeric_gold
+    from rlx.tasks.tripwires import answer_value
+
+    files = sorted((ROOT / "docs" / "runs").glob("**/eval/step_*/completions.jsonl"))
+    excess = {}
+    for f in files:
+        rows = [json.loads(ln) for ln in f.read_text().splitlines()]
+        rows = [r for r in rows if r.get("kind", "greedy") == "greedy" and numeric_gold(str(r["gold"])) is not None]
+        guess, base = cross_prompt_agreement([answer_value(r["completion"]) for r in rows],
+                                             [numeric_gold(str(r["gold"])) for r in rows], list(range(len(rows))))
+        excess[str(f.relative_to(ROOT / "docs" / "runs"))] = guess - base
+    over = sorted(k for k, v in excess.items() if v > THRESHOLDS[GUESS])
+    # the constant `1` (92 problems) and the collapse that answers 1 to 46 problems; nothing else. Records
+    # committed later join the set: a new one over the threshold is a finding for the run's report, and the
+    # calibration's counts in THRESHOLDS' comment and docs/rewards.md follow it
+    assert over == ["smollm2_qerl_tuned/stage1/lora_nvfp4_lr3e-4_seed0/eval/step_100/completions.jsonl",
+                    "smollm2_qerl_tuned/stage1/lora_nvfp4_lr6e-4_seed0/eval/step_100/completions.jsonl"], over
+    assert excess[over[0]] > 0.8 and len(excess) >= 36
+    assert max(v for k, v in excess.items() if k not in over) < THRESHOLDS[GUESS] / 1.5  # the next: +0.10
+
+
 def test_joined_numbers_and_prompt_numbers():
     for text in ("15 or 16", "15, 16", "15,16", "15 to 16", "15–16", "15-16", "$15 or $16", "1,000 or 2,000"):
         assert joined_numbers(text), text
