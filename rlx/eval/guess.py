@@ -9,8 +9,8 @@ left.` states 1 for a third of the problems (docs/results.md).
 
 `answer_spread` reads one set's greedy completions:
 - each completion's answer: lm-eval's flexible-extract number when the row has that reading (the number the
-  benchmark reads), else the task's own extraction; compared by rlx.eval.metrics.vote_key (`1`, `1.0` and
-  `**1**` are one answer); no answer is no vote;
+  benchmark reads, as its exact_match compares it: `2,` and `$2.` are 2), else the task's own extraction;
+  compared by rlx.eval.metrics.vote_key (`1`, `1.0` and `**1**` are one answer); no answer is no vote;
 - the mode: the most common answer (ties: the first seen), the problems it was given to, the problems whose
   gold it is, and the passes (the task's verdict) that are it;
 - `beyond`: the passes on the problems whose gold is not the set's most common gold, over their number: the
@@ -31,7 +31,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from rlx.eval.metrics import vote_key
-from rlx.eval.readings import FLEXIBLE, INVALID
+from rlx.eval.readings import FLEXIBLE, INVALID, normalized
 
 MIN_SHARE = 0.15  # of the problems: one answer given less often is no pattern on a 100-problem set
 OVER_GOLD = 2  # given to at least this many times as many problems as it is the gold of
@@ -79,9 +79,13 @@ def _plain(key) -> str:
 
 
 def row_answer(row: dict) -> str | None:
-    """A completions.jsonl row's answer: its flexible-extract reading, else the task's extraction."""
+    """A completions.jsonl row's answer: its flexible-extract reading (lm-eval-normalized), else the task's
+    extraction."""
     reading = (row.get("readings") or {}).get(FLEXIBLE)
-    answer = reading.get("answer") if reading else row.get("answer")
+    if reading:  # lm-eval's raw match (`2,` from "2, 2, 2"): compared after gsm8k.yaml's regexes_to_ignore
+        answer = reading.get("answer")
+        return None if answer in (None, INVALID) else normalized(str(answer))
+    answer = row.get("answer")
     return None if answer is None else str(answer)
 
 

@@ -52,7 +52,9 @@ def flexible_extract(text: str) -> str:
     return _regex_filter(text, _FLEXIBLE, -1)
 
 
-def _normalize(s: str) -> str:
+def normalized(s: str) -> str:
+    """An answer as lm-eval's exact_match compares it: gsm8k.yaml's regexes_to_ignore removed (`$1,000.` is
+    `1000`), lower case."""
     for pattern in _IGNORE:
         s = re.sub(pattern, "", s)
     return s.lower()
@@ -60,7 +62,7 @@ def _normalize(s: str) -> str:
 
 def exact_match(prediction: str, gold: str) -> bool:
     """lm-eval's exact_match as gsm8k.yaml configures it (ignore_case, its regexes_to_ignore)."""
-    return _normalize(prediction) == _normalize(gold)
+    return normalized(prediction) == normalized(gold)
 
 
 def readings_for(examples, configured=None) -> list[str]:

@@ -74,6 +74,18 @@ def test_rows_read_the_flexible_extract_number_per_set():
         spreads_of_rows([{"kind": "greedy", "passed": True, "answer": "1"}])
 
 
+def test_the_flexible_reading_is_compared_as_lm_eval_compares_it():
+    # flexible-extract's raw match keeps a separator: "2, 2, 2 million" -> `2,`; lm-eval's exact_match drops
+    # gsm8k.yaml's regexes_to_ignore (`,`, `$`, a trailing `.`) before comparing, so `2,`, `$2.` and `2` are 2
+    def row(raw):
+        return {"kind": "greedy", "gold": "2", "passed": False, "answer": "x",
+                "readings": {"flexible-extract": {"answer": raw, "passed": False}}}
+
+    assert [row_answer(row(a)) for a in ("2,", "$2.", "2", "1,000", "[invalid]")] == ["2", "2", "2", "1000", None]
+    s = spreads_of_rows([row("2,"), row("$2."), row("2"), row("3")])["default"]
+    assert (s.mode, s.given, s.gold) == ("2", 3, 4)
+
+
 def _spread(rel: str):
     f = RUNS / rel / "completions.jsonl"
     if not f.is_file():
