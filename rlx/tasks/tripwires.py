@@ -71,10 +71,11 @@ PROMPT_COPY_BASE_RATE = 0.055
 #   prompt_copy of ~25% (4.5x the 5.5% base rate); 20 points is 5 standard errors of a window with ~40
 #   rewarded prompts (the correct completions of one prompt copy alike, so prompts, not completions, count).
 # - guess 20 points above its base: one answer given to ~45% of completions (0.45^2 of the pairs agree). On the
-#   36 committed greedy evaluations of SmolLM2 word-problem runs (docs/runs, 100 problems each) the excess is
-#   +0.81 for the constant guess of `1`, +0.22 for a collapse that answers 1 to 46 problems, +0.10 for a template
-#   that states 1 for a third of them, and -0.03 to +0.04 for the 33 others (runs that answer problem by problem,
-#   and runs collapsed into loops or scattered wrong answers).
+#   40 committed greedy evaluations of SmolLM2 word-problem runs (docs/runs, 100 problems each) the excess is
+#   +0.81 for the constant guess of `1`, +0.22 for a collapse that answers 1 to 46 problems and for a divergence
+#   that writes `2, 2, 2 million ...` for 40, +0.10 for a template that states 1 for a third of them, and -0.03
+#   to +0.04 for the 36 others (runs that answer problem by problem, and runs collapsed into loops or scattered
+#   wrong answers).
 WINDOW = 5
 MIN_STEPS = 3  # no warning before 3 steps with a value: one noisy step does not fire
 THRESHOLDS = {UNSTATED: 0.20, HEDGED: 0.10, PROMPT_COPY: 0.20, GUESS: 0.20}

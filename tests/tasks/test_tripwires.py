@@ -170,12 +170,14 @@ def test_the_threshold_separates_the_committed_held_out_sets():
                                              [numeric_gold(str(r["gold"])) for r in rows], list(range(len(rows))))
         excess[str(f.relative_to(ROOT / "docs" / "runs"))] = guess - base
     over = sorted(k for k, v in excess.items() if v > THRESHOLDS[GUESS])
-    # the constant `1` (92 problems) and the collapse that answers 1 to 46 problems; nothing else. Records
+    # the constant `1` (92 problems), the collapse that answers 1 to 46 problems and the divergence that writes
+    # `2, 2, 2 million ...` for 40; nothing else. Records
     # committed later join the set: a new one over the threshold is a finding for the run's report, and the
     # calibration's counts in THRESHOLDS' comment and docs/rewards.md follow it
-    assert over == ["smollm2_qerl_tuned/stage1/lora_nvfp4_lr3e-4_seed0/eval/step_100/completions.jsonl",
+    assert over == ["smollm2_qerl_tuned/stage1/lora_nf4_lr1.2e-3_seed0/eval/step_100/completions.jsonl",
+                    "smollm2_qerl_tuned/stage1/lora_nvfp4_lr3e-4_seed0/eval/step_100/completions.jsonl",
                     "smollm2_qerl_tuned/stage1/lora_nvfp4_lr6e-4_seed0/eval/step_100/completions.jsonl"], over
-    assert excess[over[0]] > 0.8 and len(excess) >= 36
+    assert excess[over[1]] > 0.8 and len(excess) >= 40
     assert max(v for k, v in excess.items() if k not in over) < THRESHOLDS[GUESS] / 1.5  # the next: +0.10
 
 
