@@ -78,6 +78,23 @@ def expected_grid(sweep: str) -> dict[str, list[float]]:
     return {arm: sorted(lrs) for arm, lrs in grid.items()}
 
 
+def tripwire_note(entry: LrScore) -> str:
+    """'; but its training tripwires fired (seed 0: hack/guess 85% > 20%): ...' for a chosen lr whose runs' hack
+    tripwires (rlx.tasks.tripwires, training-side like the choice) passed a threshold; '' otherwise. It says
+    what to read; the choice stays the rule's."""
+    from rlx.tasks.tripwires import THRESHOLDS, run_maxima
+
+    fired = []
+    for run in sorted(entry.runs, key=lambda r: str(r.seed)):
+        top = run_maxima(run.records)
+        fired += [f"seed {run.seed}: {key.removeprefix('train/')} {100 * v:.0f}% > {100 * THRESHOLDS[key]:.0f}%"
+                  for key, v in top.items() if v is not None and v > THRESHOLDS[key]]
+    if not fired:
+        return ""
+    return (f"; but its training tripwires fired ({', '.join(fired)}): the training reward that chose it may pay "
+            f"for a hack, not for answers; read the run's completions (docs/rewards.md, 'Hack tripwires')")
+
+
 def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,
            arm_key: str | None = None, expected: dict[str, list[float]] | None = None) -> dict[str, Choice]:
     """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order, then expected
@@ -141,6 +158,7 @@ def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, 
             why += "; at the edge of the grid: a wider grid may find a better lr that way"
         for s in lrs:
             why += "".join(f"; lr {_fmt(s.lr)} {n}" for n in s.notes)
+        why += tripwire_note(best)
         arm_choice = None
         if arm_key:
             values = {r.override(arm_key) or r.choices.get(arm_key) for r in best.runs} - {None}

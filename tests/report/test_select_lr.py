@@ -141,6 +141,21 @@ def test_a_failed_or_diverged_lr_is_the_worst_and_ties_and_edges_are_said(tmp_pa
     assert "edge" not in choices["lora_none"].why  # 3e-4, the middle of 1.5e-4 / 3e-4 / 6e-4
 
 
+def test_a_chosen_lr_whose_training_tripwires_fired_says_so_and_stays_chosen(tmp_path):
+    stage1(tmp_path)
+    import shutil
+
+    # NVFP4 at 3e-4 wins on reward (0.5) while its completions agree across prompts far beyond their golds
+    # (a constant answer): guess 0.9 against a gold agreement of 0.05 at every step, an excess of 85%
+    shutil.rmtree(tmp_path / "lora_nvfp4_lr3e-4_seed0")
+    make_run(tmp_path, "lora_nvfp4", "3e-4", 0, late(0.1, [0.25, 0.75] * 10), acc=0.20,
+             extra={"train/hack/guess": 0.9, "train/hack/guess_base": 0.05})
+    choices = select(read_sweep(tmp_path, marker=".hydra/config.yaml"), infer_qerl, arm_key="qerl_tuned_arm")
+    assert choices["lora_nvfp4"].lr == 3e-4  # the rule is the rule
+    assert "; but its training tripwires fired (seed 0: hack/guess 85% > 20%)" in choices["lora_nvfp4"].why
+    assert "tripwires" not in choices["lora_none"].why  # no tripwire logged: nothing said
+
+
 def test_a_directory_with_both_stages_counts_stage_2_at_stage_1s_choice(tmp_path):
     # stage 1 chooses 3e-4 for 16-bit; stage 2's seeds at 3e-4 have a LOWER training reward than stage 1's
     # other lrs: pooling them into the choice would flip it to 6e-4, and seed 0 must not be counted
