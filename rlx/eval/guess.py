@@ -83,8 +83,8 @@ def row_answer(row: dict) -> str | None:
     extraction."""
     reading = (row.get("readings") or {}).get(FLEXIBLE)
     if reading:  # lm-eval's raw match (`2,` from "2, 2, 2"): compared after gsm8k.yaml's regexes_to_ignore
-        answer = reading.get("answer")
-        return None if answer in (None, INVALID) else normalized(str(answer))
+        answer = None if reading.get("answer") in (None, INVALID) else normalized(str(reading["answer"]))
+        return answer if answer and any(c.isdigit() for c in answer) else None  # `....` is no number
     answer = row.get("answer")
     return None if answer is None else str(answer)
 

@@ -82,17 +82,26 @@ def tripwire_note(entry: LrScore) -> str:
     """'; but its training tripwires fired (seed 0: hack/guess 85% > 20%): ...' for a chosen lr whose runs' hack
     tripwires (rlx.tasks.tripwires, training-side like the choice) passed a threshold; '' otherwise. It says
     what to read; the choice stays the rule's."""
-    from rlx.tasks.tripwires import THRESHOLDS, run_maxima
+    from rlx.tasks.tripwires import BASES, HACKS, THRESHOLDS, run_maxima
 
-    fired = []
+    fired, unlogged = [], []
     for run in sorted(entry.runs, key=lambda r: str(r.seed)):
         top = run_maxima(run.records)
-        fired += [f"seed {run.seed}: {key.removeprefix('train/')} {100 * v:.0f}% > {100 * THRESHOLDS[key]:.0f}%"
-                  for key, v in top.items() if v is not None and v > THRESHOLDS[key]]
-    if not fired:
-        return ""
-    return (f"; but its training tripwires fired ({', '.join(fired)}): the training reward that chose it may pay "
-            f"for a hack, not for answers; read the run's completions (docs/rewards.md, 'Hack tripwires')")
+        for key, v in top.items():
+            name = key.removeprefix("train/") + (" - base" if key in BASES else "")
+            if v is not None and v > THRESHOLDS[key]:
+                fired.append(f"seed {run.seed}: {name} {100 * v:.0f}% > {100 * THRESHOLDS[key]:.0f}%")
+        missing = [k.removeprefix("train/") for k in HACKS if not any(k in r for r in run.records)]
+        if missing:
+            unlogged.append(f"seed {run.seed}: {', '.join(missing)}")
+    out = ""
+    if fired:
+        out += (f"; but its training tripwires fired ({', '.join(fired)}): the training reward that chose it may "
+                f"pay for a hack, not for answers; read the run's completions (docs/rewards.md, 'Hack tripwires')")
+    if unlogged:
+        out += (f"; its runs did not log every tripwire ({'; '.join(unlogged)}: code from before them), so those "
+                f"cannot vouch for the choice: read the runs' completions")
+    return out
 
 
 def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,

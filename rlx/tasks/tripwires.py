@@ -32,7 +32,8 @@ means and the report skip it). Over ALL completions:
   share that state the same number (the stated number, else lm-eval's flexible-extract number; no number agrees
   with nothing). A policy that gives one answer everywhere is paid on every problem whose gold is that answer,
   and no per-completion reading can see it: `The answer is 1` is a correct stated answer when the gold is 1
-  (15% of the default word problems' golds are 1; a stage-1 QeRL run learned exactly that, docs/results.md).
+  (on the default word problems 7.5% of the training golds are 1, 15 of the 100 held-out; a stage-1 QeRL run
+  learned exactly that, docs/results.md).
   Across prompts it shows: its pairs all agree.
 - `train/hack/guess_base`: the share of the same pairs whose GOLDS agree: what `guess` is for a policy that is
   always right. The tripwire watches the excess guess - guess_base (0 for a perfect solver, ~1 for a constant
@@ -71,7 +72,8 @@ PROMPT_COPY_BASE_RATE = 0.055
 #   prompt_copy of ~25% (4.5x the 5.5% base rate); 20 points is 5 standard errors of a window with ~40
 #   rewarded prompts (the correct completions of one prompt copy alike, so prompts, not completions, count).
 # - guess 20 points above its base: one answer given to ~45% of completions (0.45^2 of the pairs agree). On the
-#   40 committed greedy evaluations of SmolLM2 word-problem runs (docs/runs, 100 problems each) the excess is
+#   40 greedy evaluations of SmolLM2 word-problem runs committed when it was set (docs/runs at 0894144, 100
+#   problems each; tests/tasks/test_tripwires.py reads every one committed since) the excess is
 #   +0.81 for the constant guess of `1`, +0.22 for a collapse that answers 1 to 46 problems and for a divergence
 #   that writes `2, 2, 2 million ...` for 40, +0.10 for a template that states 1 for a third of them, and -0.03
 #   to +0.04 for the 36 others (runs that answer problem by problem, and runs collapsed into loops or scattered
@@ -83,8 +85,7 @@ REARM = 0.5  # after a warning, the next one needs the mean to fall below half t
 WHAT = {UNSTATED: "state no number (an expression, a cut-off working, no answer at all)",
         HEDGED: "hedge or list several numbers",
         PROMPT_COPY: "state a number copied from the prompt, beyond those whose gold is a prompt number",
-        GUESS: "state the same number, beyond the pairs whose golds agree (one answer given everywhere pays on every "
-               "problem whose gold it is)"}
+        GUESS: "state the same number, beyond the pairs whose golds agree"}
 
 _PROMPT_NUM = re.compile(rf"(?<![0-9A-Za-z.,])(-?)\$?({NUMBER})(?![0-9])", re.ASCII)
 # two numbers joined as alternatives; `,` not before a 3-digit group (1,000 is one number)
@@ -196,7 +197,7 @@ def tripwire_metrics(texts: list[str], examples: list, rewards) -> dict[str, flo
     paid = [i for i, r in enumerate(rewards) if r > 0]
     m = {REWARDED: len(paid),
          HASH_LINE: sum(strict_match(t) != INVALID for t in texts) / len(texts) if texts else math.nan}
-    counts = dict.fromkeys((*HACKS, PROMPT_COPY_BASE), 0)
+    counts = dict.fromkeys((UNSTATED, HEDGED, PROMPT_COPY, PROMPT_COPY_BASE), 0)
     for i in paid:
         for k, hit in flags(texts[i], examples[i]).items():
             counts[k] += hit
@@ -288,10 +289,12 @@ class TripwireMonitor:
                 of = ("of the pairs of completions to different prompts" if key == GUESS
                       else "of the rewarded completions")
                 which = "steps" if key == GUESS else "steps with a rewarded completion"
+                risk = ("the policy may be giving one answer everywhere, which the reward pays on every problem "
+                        "whose gold it is" if key == GUESS else "the reward may be paying for a hack, not the answer")
                 out.append(f"[warn] step {step}: {name} = {100 * mean:.0f}% {of} "
                            f"{WHAT.get(key, '')} (mean of the last {len(self.last[key])} {which}; threshold "
-                           f"{100 * limit:.0f}%): the reward may be paying for a hack, not the "
-                           f"answer; read the completions (completions.jsonl) and docs/rewards.md, 'Hack tripwires'")
+                           f"{100 * limit:.0f}%): {risk}; read the completions (completions.jsonl) and "
+                           f"docs/rewards.md, 'Hack tripwires'")
             elif not self.armed[key] and mean < REARM * limit:
                 self.armed[key] = True
         return out

@@ -81,7 +81,8 @@ def test_the_flexible_reading_is_compared_as_lm_eval_compares_it():
         return {"kind": "greedy", "gold": "2", "passed": False, "answer": "x",
                 "readings": {"flexible-extract": {"answer": raw, "passed": False}}}
 
-    assert [row_answer(row(a)) for a in ("2,", "$2.", "2", "1,000", "[invalid]")] == ["2", "2", "2", "1000", None]
+    assert [row_answer(row(a)) for a in ("2,", "$2.", "2", "1,000", "[invalid]", "....", "$,")] == \
+        ["2", "2", "2", "1000", None, None, None]  # flexible-extract's `[$0-9.,]{2,}` also matches no digit
     s = spreads_of_rows([row("2,"), row("$2."), row("2"), row("3")])["default"]
     assert (s.mode, s.given, s.gold) == ("2", 3, 4)
 

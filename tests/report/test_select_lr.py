@@ -138,7 +138,7 @@ def test_a_failed_or_diverged_lr_is_the_worst_and_ties_and_edges_are_said(tmp_pa
     assert choices["lora_nvfp4"].lr == 3e-4 and ("every lr scored 0.0000: the smaller lr by the tie rule, which the "
                                                  "data do not support over the others (no training reward at any lr)"
                                                  ) in choices["lora_nvfp4"].why
-    assert "edge" not in choices["lora_none"].why  # 3e-4, the middle of 1.5e-4 / 3e-4 / 6e-4
+    assert "at the edge of the grid" not in choices["lora_none"].why  # 3e-4, the middle of 1.5e-4 / 3e-4 / 6e-4
 
 
 def test_a_chosen_lr_whose_training_tripwires_fired_says_so_and_stays_chosen(tmp_path):
@@ -152,8 +152,12 @@ def test_a_chosen_lr_whose_training_tripwires_fired_says_so_and_stays_chosen(tmp
              extra={"train/hack/guess": 0.9, "train/hack/guess_base": 0.05})
     choices = select(read_sweep(tmp_path, marker=".hydra/config.yaml"), infer_qerl, arm_key="qerl_tuned_arm")
     assert choices["lora_nvfp4"].lr == 3e-4  # the rule is the rule
-    assert "; but its training tripwires fired (seed 0: hack/guess 85% > 20%)" in choices["lora_nvfp4"].why
-    assert "tripwires" not in choices["lora_none"].why  # no tripwire logged: nothing said
+    assert "; but its training tripwires fired (seed 0: hack/guess - base 85% > 20%)" in choices["lora_nvfp4"].why
+    # the other tripwires were not logged by this run: said, as for a run from before the tripwires
+    assert "did not log every tripwire (seed 0: hack/unstated, hack/hedged, hack/prompt_copy: " in choices[
+        "lora_nvfp4"].why
+    assert "did not log every tripwire (seed 0: hack/unstated, hack/hedged, hack/prompt_copy, hack/guess: " in \
+        choices["lora_none"].why and "fired" not in choices["lora_none"].why
 
 
 def test_a_directory_with_both_stages_counts_stage_2_at_stage_1s_choice(tmp_path):

@@ -86,7 +86,7 @@ def test_guess_counts_agreeing_pairs_across_prompts_against_the_golds_agreement(
     guess = tripwire_metrics(["The answer is 1"] * 6, examples, [1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
     assert guess[GUESS] == 1.0 and watched(guess, GUESS) == pytest.approx(16 / 24)
     # wrong answers that scatter: agreement only where two prompts' answers meet (7 on a and on c: 2 * 2 * 2 = 8
-    # pairs); no number (`Grace = `) agrees with nothing, not even itself
+    # pairs); no number (`x =`) agrees with nothing, not even itself
     weak = tripwire_metrics(["#### 7", "#### 7", "#### 3", "x =", "#### 7", "#### 7"], examples, [0.0] * 6)
     assert weak[GUESS] == pytest.approx(8 / 24) and weak[REWARDED] == 0  # over ALL completions, rewarded or not
 
@@ -113,7 +113,7 @@ def test_guess_warns_on_its_excess_over_the_golds_agreement():
     mon = TripwireMonitor()
     lines = [line for r in rows for line in mon.update(r["step"], r)]
     assert len(lines) == 1 and "step 3: hack/guess - guess_base = 85% of the pairs of completions to different " \
-        "prompts state the same number" in lines[0]
+        "prompts state the same number" in lines[0] and "the policy may be giving one answer everywhere" in lines[0]
     assert run_maxima(rows)[GUESS] == pytest.approx(0.85)
 
 
@@ -149,7 +149,7 @@ def test_the_committed_constant_guess_fires_and_the_runs_that_answer_do_not():
     # 16-bit LoRA learned to answer (held-out 41% and 54% stated, answers spread like the golds)
     for run in ("lora_none_lr1.5e-4_seed0", "lora_none_lr3e-4_seed0"):
         excess, warnings = _replayed_guess(run)
-        assert warnings == [] and max(excess) < THRESHOLDS[GUESS] + 0.1, (run, excess)
+        assert warnings == [], (run, excess)
     # NVFP4 at 6e-4 collapsed towards 1 as well (held-out: 1 for 46 problems, 0 passes): it warns too
     assert len(_replayed_guess("lora_nvfp4_lr6e-4_seed0")[1]) == 1
 
