@@ -176,7 +176,9 @@ def test_the_threshold_separates_the_committed_held_out_sets():
     # calibration's counts in THRESHOLDS' comment and docs/rewards.md follow it
     assert over == ["smollm2_qerl_tuned/stage1/lora_nf4_lr1.2e-3_seed0/eval/step_100/completions.jsonl",
                     "smollm2_qerl_tuned/stage1/lora_nvfp4_lr3e-4_seed0/eval/step_100/completions.jsonl",
-                    "smollm2_qerl_tuned/stage1/lora_nvfp4_lr6e-4_seed0/eval/step_100/completions.jsonl"], over
+                    "smollm2_qerl_tuned/stage1/lora_nvfp4_lr6e-4_seed0/eval/step_100/completions.jsonl",
+                    # stage 2's NVFP4 seed 2 answers 1 to 80 problems; its train.log warned hack/guess at step 20
+                    "smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed2/eval/step_100/completions.jsonl"], over
     assert excess[over[1]] > 0.8 and len(excess) >= 40
     assert max(v for k, v in excess.items() if k not in over) < THRESHOLDS[GUESS] / 1.5  # the next: +0.10
 
