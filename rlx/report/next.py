@@ -73,11 +73,12 @@ def next_tables(arms: dict[str, list[Run]], jobs: list[Run], labels: dict[str, s
 def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key: str = "val/acc",
                          baseline: str = "GRPO-LoRA") -> list[str]:
     """Per seed: the target is that seed's own final `key` of plain RL at 1.6N; each arm's first step reaching it."""
-    long = {s: j for s, j in one_per_seed(arms.get("none_long", []), "none_long").items() if j.series(key)[1].size}
+    long_runs = one_per_seed(arms.get("none_long", []), "none_long")
+    long = {s: j for s, j in long_runs.items() if j.series(key)[1].size}
     if not long:
         return []
     others = [a for a in arms if a != "none_long"]
-    by_seed = {a: one_per_seed(arms[a], a) for a in ["none_long", *others]}
+    by_seed = {"none_long": long_runs, **{a: one_per_seed(arms[a], a) for a in others}}
     rows = []
     for seed in sorted(long, key=str):
         target = float(long[seed].series(key)[1][-1])

@@ -82,10 +82,16 @@ WINDOW = 5
 MIN_STEPS = 3  # no warning before 3 steps with a value: one noisy step does not fire
 THRESHOLDS = {UNSTATED: 0.20, HEDGED: 0.10, PROMPT_COPY: 0.20, GUESS: 0.20}
 REARM = 0.5  # after a warning, the next one needs the mean to fall below half the threshold and climb again
-WHAT = {UNSTATED: "state no number (an expression, a cut-off working, no answer at all)",
-        HEDGED: "hedge or list several numbers",
-        PROMPT_COPY: "state a number copied from the prompt, beyond those whose gold is a prompt number",
-        GUESS: "state the same number, beyond the pairs whose golds agree"}
+# the warning's words per tripwire: what the share is of and what it counts, the steps its mean is over, the risk
+_PAID = "of the rewarded completions"
+WHAT = {UNSTATED: f"{_PAID} state no number (an expression, a cut-off working, no answer at all)",
+        HEDGED: f"{_PAID} hedge or list several numbers",
+        PROMPT_COPY: f"{_PAID} state a number copied from the prompt, beyond those whose gold is a prompt number",
+        GUESS: "of the pairs of completions to different prompts state the same number, beyond the pairs whose golds "
+               "agree"}
+STEPS = {GUESS: "steps"}  # default: steps with a rewarded completion
+RISK = {GUESS: "the policy may be giving one answer everywhere, which the reward pays on every problem whose gold "
+               "it is"}  # default: the reward may be paying for a hack, not the answer
 
 _PROMPT_NUM = re.compile(rf"(?<![0-9A-Za-z.,])(-?)\$?({NUMBER})(?![0-9])", re.ASCII)
 # two numbers joined as alternatives; `,` not before a 3-digit group (1,000 is one number)
@@ -204,10 +210,10 @@ def tripwire_metrics(texts: list[str], examples: list, rewards) -> dict[str, flo
         counts[PROMPT_COPY_BASE] += gold_in_prompt(examples[i])
     for k, n in counts.items():
         m[k] = n / len(paid) if paid else math.nan
-    numeric = [i for i, e in enumerate(examples) if numeric_gold(e.answer) is not None]  # every completion
+    golds = [numeric_gold(e.answer) for e in examples]
+    numeric = [i for i, g in enumerate(golds) if g is not None]  # every completion, rewarded or not
     m[GUESS], m[GUESS_BASE] = cross_prompt_agreement([answer_value(texts[i]) for i in numeric],
-                                                     [numeric_gold(examples[i].answer) for i in numeric],
-                                                     [examples[i].key for i in numeric])
+                                                     [golds[i] for i in numeric], [examples[i].key for i in numeric])
     return m
 
 
@@ -286,15 +292,11 @@ class TripwireMonitor:
             if self.armed[key] and mean > limit:
                 self.armed[key] = False
                 name = key.removeprefix("train/") + (f" - {BASES[key].rsplit('/', 1)[-1]}" if key in BASES else "")
-                of = ("of the pairs of completions to different prompts" if key == GUESS
-                      else "of the rewarded completions")
-                which = "steps" if key == GUESS else "steps with a rewarded completion"
-                risk = ("the policy may be giving one answer everywhere, which the reward pays on every problem "
-                        "whose gold it is" if key == GUESS else "the reward may be paying for a hack, not the answer")
-                out.append(f"[warn] step {step}: {name} = {100 * mean:.0f}% {of} "
-                           f"{WHAT.get(key, '')} (mean of the last {len(self.last[key])} {which}; threshold "
-                           f"{100 * limit:.0f}%): {risk}; read the completions (completions.jsonl) and "
-                           f"docs/rewards.md, 'Hack tripwires'")
+                steps = STEPS.get(key, "steps with a rewarded completion")
+                risk = RISK.get(key, "the reward may be paying for a hack, not the answer")
+                out.append(f"[warn] step {step}: {name} = {100 * mean:.0f}% {WHAT.get(key, _PAID)} (mean of the last "
+                           f"{len(self.last[key])} {steps}; threshold {100 * limit:.0f}%): {risk}; read the "
+                           f"completions (completions.jsonl) and docs/rewards.md, 'Hack tripwires'")
             elif not self.armed[key] and mean < REARM * limit:
                 self.armed[key] = True
         return out
