@@ -66,7 +66,9 @@ def rank1_from_lora(
         R = torch.cat([R, -A0.to(device=R.device, dtype=dt)], dim=0)  # [r + r0, in]
     P, S, Q = lowrank_svd(L, R)
     s = S[0] * abs(scaling)
-    u, v = P[:, 0], Q[:, 0]
+    # Copies, not column views: a view keeps all of P and Q ([out, r + r0], [in, r + r0]) alive in every
+    # record that holds it, in memory and in each checkpoint (torch.save writes a view's whole storage).
+    u, v = P[:, 0].clone(), Q[:, 0].clone()
     if scaling < 0:
         u = -u
     u, v = canonical_sign(u, v)
