@@ -73,6 +73,11 @@ class ExtrapolationConfig:
         default=False,
         metadata={"help": "keep adapter snapshots (initial + window) in host memory"},
     )
+    fit_cache: str | None = field(
+        default=None,
+        metadata={"help": "next: a folder of fitted predictors keyed by everything a fit depends on; runs whose "
+                          "records agree up to a jump (an alpha sweep at one seed) train it once (fit_cache.py)"},
+    )
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:

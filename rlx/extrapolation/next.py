@@ -1,10 +1,12 @@
 """NExt's extrapolator: rank-1 records, a predictor per shape bucket trained at each extend step, the jump folded in."""
 
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
 from rlx.extrapolation.extrapolator import Extrapolator
+from rlx.extrapolation.fit_cache import train_or_load
 from rlx.extrapolation.fold import fold_rank1
 from rlx.extrapolation.lora import snapshot
 from rlx.extrapolation.predictor import (
@@ -63,14 +65,18 @@ class NextExtrapolator(Extrapolator):
         if not steps:
             raise RuntimeError("extrapolation: no training pairs (record, target) available for the predictor")
         cfg = self.cfg
-        self.fits, first, last, counts = {}, [], [], []
+        self.fits, first, last, counts, stored = {}, [], [], [], 0
         for shape, (g, l, y, _) in self._bucket_rows(modules, steps, with_targets=True).items():
-            fit = train_predictor(
-                g, l, y,
+            settings = dict(
                 hidden=int(cfg.hidden), epochs=int(cfg.epochs), lr=float(cfg.lr),
                 min_lr_ratio=float(cfg.min_lr_ratio), weight_decay=float(cfg.weight_decay),
                 seed=int(cfg.seed) * 1_000_003 + len(self.jumps) * 7_919 + shape[0] * 31 + shape[1],
             )  # fmt: skip
+            if getattr(cfg, "fit_cache", None):  # arms that share their records up to here share the fit (fit_cache.py)
+                fit, hit = train_or_load(Path(cfg.fit_cache), g, l, y, **settings)
+                stored += hit
+            else:
+                fit = train_predictor(g, l, y, **settings)
             self.fits[shape] = fit
             first.append(fit.loss_first)
             last.append(fit.loss_last)
@@ -79,6 +85,7 @@ class NextExtrapolator(Extrapolator):
         self.predictor_loss = sum(c * x for c, x in zip(counts, last)) / n
         self._jump_metrics["extrap/predictor_loss_first"] = sum(c * x for c, x in zip(counts, first)) / n
         self._jump_metrics["extrap/predictor_pairs"] = float(len(steps))
+        self._jump_metrics["extrap/predictor_fits_stored"] = float(stored)  # buckets read from fit_cache, not trained
 
     def predict(self, modules, step: int) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """{name: (u [out], sigma, v [in])}: the predicted next-horizon update from the record at `step`."""

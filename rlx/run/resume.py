@@ -142,6 +142,7 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads
                      "rollout.eval_chunk",  # evaluation's sequences per engine call: no sample or metric changes
                      "train.no_signal_steps",  # when train.log warns of a lost learning signal: nothing trains otherwise
+                     "extrapolation.fit_cache",  # where a fitted NExt predictor is found: the same bits either way
                      "task.default_rewards.")  # the task file's set: what ran is task.rewards, compared
 
 

@@ -1,0 +1,78 @@
+"""A content-addressed store of fitted NExt predictors: a fit is looked up by everything it is computed from.
+
+`train_predictor` is a pure function of its inputs on one machine (rlx.extrapolation.predictor): the
+records, the targets, the settings, the seed, and the arithmetic that runs it (torch's version, the CPU's
+instruction set, the thread count, which change the reduction order and so the bits). Runs that share
+their records up to a jump -- the arms of an extending-coefficient sweep at one seed, whose RL is the same
+up to the jump -- would each spend the same predictor training (~18 min of one core per jump for SmolLM2 at
+the paper's 1000 epochs). The key hashes all of it, so a hit returns the bits a new fit would have
+produced, and any difference in any input is a miss.
+
+An entry is `<sha256>.pt`, written to a temp file in the same folder and renamed, so a killed write
+leaves no entry; it is read with `torch.load(weights_only=True)`. An entry that cannot be read is an error
+that names the file: nothing is recomputed over it silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rlx.extrapolation.predictor import PredictorFit, TrajectoryPredictor, train_predictor
+
+FORMAT = 1  # bump when the predictor, its training or this file's layout changes
+
+
+def arithmetic() -> str:
+    """What decides a fit's bits beyond its inputs: torch, the CPU's kernels, the thread count."""
+    return f"torch {torch.__version__}; cpu {torch.backends.cpu.get_cpu_capability()}; threads {torch.get_num_threads()}"
+
+
+def fit_key(global_x: torch.Tensor, local_x: torch.Tensor, targets: torch.Tensor, settings: dict) -> str:
+    """sha256 over the format, the arithmetic, the settings and every input tensor's dtype, shape and bytes."""
+    h = hashlib.sha256()
+    h.update(f"rlx next fit v{FORMAT}; {arithmetic()}; {sorted(settings.items())}".encode())
+    for t in (global_x, local_x, targets):
+        if t.device.type != "cpu":
+            h.update(f"device {t.device}".encode())
+        t = t.detach().cpu().contiguous()
+        h.update(f"{t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def train_or_load(cache_dir: Path, global_x, local_x, targets, **settings) -> tuple[PredictorFit, bool]:
+    """`train_predictor(global_x, local_x, targets, **settings)`, or its stored result: (fit, was it stored)."""
+    cache_dir = Path(cache_dir)
+    path = cache_dir / f"{fit_key(global_x, local_x, targets, settings)}.pt"
+    d = global_x.shape[1]
+    if path.exists():
+        try:
+            entry = torch.load(path, weights_only=True, map_location=global_x.device)
+            with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the global RNG untouched
+                net = TrajectoryPredictor(d, int(settings["hidden"]))
+            net.load_state_dict(entry["state"])
+        except Exception as e:  # noqa: BLE001 -- any unreadable entry is reported with its path
+            raise RuntimeError(f"extrapolation.fit_cache: cannot read {path} ({type(e).__name__}: {e}); "
+                               f"delete it to fit again") from e
+        net = net.to(device=global_x.device, dtype=torch.float32)
+        return PredictorFit(net, float(entry["scale"]), float(entry["loss_first"]), float(entry["loss_last"])), True
+    fit = train_predictor(global_x, local_x, targets, **settings)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    entry = {"state": {k: v.detach().cpu().clone() for k, v in fit.net.state_dict().items()}, "scale": fit.scale,
+             "loss_first": fit.loss_first, "loss_last": fit.loss_last}  # fmt: skip
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".pt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(entry, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return fit, False
