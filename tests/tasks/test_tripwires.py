@@ -178,9 +178,15 @@ def test_the_threshold_separates_the_committed_held_out_sets():
                     "smollm2_qerl_tuned/stage1/lora_nvfp4_lr3e-4_seed0/eval/step_100/completions.jsonl",
                     "smollm2_qerl_tuned/stage1/lora_nvfp4_lr6e-4_seed0/eval/step_100/completions.jsonl",
                     # stage 2's NVFP4 seed 2 answers 1 to 80 problems; its train.log warned hack/guess at step 20
-                    "smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed2/eval/step_100/completions.jsonl"], over
+                    "smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed2/eval/step_100/completions.jsonl",
+                    # seed 3 loops `Final Answer = 2` (2 the answer read for 73 problems); its train.log warned at steps 39 and 89
+                    "smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed3/eval/step_100/completions.jsonl"], over
     assert excess[over[1]] > 0.8 and len(excess) >= 40
-    assert max(v for k, v in excess.items() if k not in over) < THRESHOLDS[GUESS] / 1.5  # the next: +0.10
+    # below the threshold by a third or more, except an earlier evaluation of a run that ends over it (seed 3's
+    # step 50: +0.18, on its way to the `2` loop); the next: +0.10
+    grey = sorted(k for k, v in excess.items() if THRESHOLDS[GUESS] / 1.5 <= v <= THRESHOLDS[GUESS])
+    assert grey == ["smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed3/eval/step_50/completions.jsonl"], grey
+    assert all(k.rsplit("/eval/", 1)[0] + "/eval/step_100/completions.jsonl" in over for k in grey)
 
 
 def test_joined_numbers_and_prompt_numbers():
