@@ -177,11 +177,15 @@ def test_the_threshold_separates_the_committed_held_out_sets():
     assert over == ["smollm2_qerl_tuned/stage1/lora_nf4_lr1.2e-3_seed0/eval/step_100/completions.jsonl",
                     "smollm2_qerl_tuned/stage1/lora_nvfp4_lr3e-4_seed0/eval/step_100/completions.jsonl",
                     "smollm2_qerl_tuned/stage1/lora_nvfp4_lr6e-4_seed0/eval/step_100/completions.jsonl",
+                    # stage 2's NVFP4 + AQN seed 2 answers 1 to 81 problems at step 100 (+0.62; step 50: +0.25);
+                    # its train.log warned hack/guess at steps 16 and 35
+                    "smollm2_qerl_tuned/stage2/lora_nvfp4_aqn_lr3e-4_seed2/eval/step_100/completions.jsonl",
+                    "smollm2_qerl_tuned/stage2/lora_nvfp4_aqn_lr3e-4_seed2/eval/step_50/completions.jsonl",
                     # stage 2's NVFP4 seed 2 answers 1 to 80 problems; its train.log warned hack/guess at step 20
                     "smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed2/eval/step_100/completions.jsonl",
                     # seed 3 loops `Final Answer = 2` (2 the answer read for 73 problems); its train.log warned at steps 39 and 89
                     "smollm2_qerl_tuned/stage2/lora_nvfp4_lr3e-4_seed3/eval/step_100/completions.jsonl"], over
-    assert excess[over[1]] > 0.8 and len(excess) >= 40
+    assert excess[over[1]] > 0.8 and len(excess) >= 40  # over[1]: the constant `1` of stage 1
     # below the threshold by a third or more, except an earlier evaluation of a run that ends over it (seed 3's
     # step 50: +0.18, on its way to the `2` loop); the next: +0.10
     grey = sorted(k for k, v in excess.items() if THRESHOLDS[GUESS] / 1.5 <= v <= THRESHOLDS[GUESS])
