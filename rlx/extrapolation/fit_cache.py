@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from rlx.extrapolation.predictor import PredictorFit, TrajectoryPredictor, train_predictor
+from rlx.extrapolation.predictor import PredictorFit, train_predictor
 
 FORMAT = 1  # bump when the predictor, its training or this file's layout changes
 
@@ -49,22 +49,18 @@ def train_or_load(cache_dir: Path, global_x, local_x, targets, **settings) -> tu
     """`train_predictor(global_x, local_x, targets, **settings)`, or its stored result: (fit, was it stored)."""
     cache_dir = Path(cache_dir)
     path = cache_dir / f"{fit_key(global_x, local_x, targets, settings)}.pt"
-    d = global_x.shape[1]
     if path.exists():
         try:
-            entry = torch.load(path, weights_only=True, map_location=global_x.device)
-            with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the global RNG untouched
-                net = TrajectoryPredictor(d, int(settings["hidden"]))
-            net.load_state_dict(entry["state"])
+            fit = PredictorFit.from_state(torch.load(path, weights_only=True), global_x.shape[1])
         except Exception as e:  # noqa: BLE001 -- any unreadable entry is reported with its path
             raise RuntimeError(f"extrapolation.fit_cache: cannot read {path} ({type(e).__name__}: {e}); "
                                f"delete it to fit again") from e
-        net = net.to(device=global_x.device, dtype=torch.float32)
-        return PredictorFit(net, float(entry["scale"]), float(entry["loss_first"]), float(entry["loss_last"])), True
+        fit.net.to(global_x.device)
+        return fit, True
     fit = train_predictor(global_x, local_x, targets, **settings)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    entry = {"state": {k: v.detach().cpu().clone() for k, v in fit.net.state_dict().items()}, "scale": fit.scale,
-             "loss_first": fit.loss_first, "loss_last": fit.loss_last}  # fmt: skip
+    entry = fit.state()
+    # a unique temp name: two runs may fit the same key at once (run/logging.py's write_text_atomic uses a fixed one)
     fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".pt")
     try:
         with os.fdopen(fd, "wb") as f:

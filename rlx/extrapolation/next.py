@@ -11,7 +11,6 @@ from rlx.extrapolation.fold import fold_rank1
 from rlx.extrapolation.lora import snapshot
 from rlx.extrapolation.predictor import (
     PredictorFit,
-    TrajectoryPredictor,
     decode_triplet,
     encode_triplet,
     train_predictor,
@@ -129,11 +128,7 @@ class NextExtrapolator(Extrapolator):
     def state_dict(self):
         sd = super().state_dict()
         sd["records"] = self.records.state_dict()
-        sd["predictors"] = {
-            shape: {"state": {k: v.detach().clone() for k, v in f.net.state_dict().items()}, "scale": f.scale,
-                    "loss_first": f.loss_first, "loss_last": f.loss_last, "hidden": int(self.cfg.hidden)}
-            for shape, f in self.fits.items()
-        }  # fmt: skip
+        sd["predictors"] = {shape: f.state() for shape, f in self.fits.items()}
         return sd
 
     def load_state_dict(self, sd):
@@ -141,7 +136,4 @@ class NextExtrapolator(Extrapolator):
         self.records.load_state_dict(sd["records"])
         self.fits = {}
         for (n_out, n_in), p in sd["predictors"].items():
-            with torch.random.fork_rng(devices=[]):  # init is overwritten; keep the global RNG untouched
-                net = TrajectoryPredictor(int(n_out) + int(n_in), int(p["hidden"]))
-            net.load_state_dict(p["state"])
-            self.fits[(int(n_out), int(n_in))] = PredictorFit(net, float(p["scale"]), float(p["loss_first"]), float(p["loss_last"]))
+            self.fits[(int(n_out), int(n_in))] = PredictorFit.from_state(p, int(n_out) + int(n_in))

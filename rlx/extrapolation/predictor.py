@@ -68,6 +68,20 @@ class PredictorFit:
     loss_first: float  # L1 (scaled units) at epoch 0, before the first update
     loss_last: float  # L1 (scaled units) after the last update
 
+    def state(self) -> dict:
+        """Tensors and plain numbers (a checkpoint's or a stored fit's): the net's weights, its width, the fit's numbers."""
+        return {"state": {k: v.detach().clone() for k, v in self.net.state_dict().items()}, "scale": self.scale,
+                "loss_first": self.loss_first, "loss_last": self.loss_last,
+                "hidden": self.net.global_encoder[0].out_features}  # fmt: skip
+
+    @classmethod
+    def from_state(cls, p: dict, d: int) -> "PredictorFit":
+        """The fit `state()` saved, for encoded vectors of length d (a bucket's out + in)."""
+        with torch.random.fork_rng(devices=[]):  # the init is overwritten; keep the global RNG untouched
+            net = TrajectoryPredictor(d, int(p["hidden"]))
+        net.load_state_dict(p["state"])
+        return cls(net, float(p["scale"]), float(p["loss_first"]), float(p["loss_last"]))
+
     @torch.no_grad()
     def predict(self, global_x: torch.Tensor, local_x: torch.Tensor) -> torch.Tensor:
         """[N, d] encoded triplets in original units."""
