@@ -155,6 +155,49 @@ def paired_tables(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[st
             + md_table(["method", "steps saved (%)"], saved))
 
 
+def jump_effects(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> list[tuple[object, bool, float]]:
+    """Per seed: (seed, same before the jump, `arm` - plain RL at N in points at the jump step). The evaluation
+    at the jump step follows the jump, and a NExt run runs plain RL's steps up to it, so where the two runs'
+    earlier evaluations agree the difference there is the jump's alone (a seed without a jump-step evaluation
+    in both runs is left out)."""
+    plain = {**one_per_seed(arms.get("none_long", []), "none_long"), **one_per_seed(arms.get("none_n", []), "none_n")}
+    out = []
+    for seed, run in sorted(one_per_seed(arms.get(arm, []), arm).items(), key=lambda kv: str(kv[0])):
+        extend_at = run.get("extrapolation.extend_at") or []
+        if seed not in plain or not extend_at:
+            continue
+        s = int(extend_at[0])
+        mine, ref = (dict(zip(*j.series(key))) for j in (run, plain[seed]))
+        if s not in mine or s not in ref:
+            continue
+        before = [t for t in mine if t < s and t in ref]
+        out.append((seed, all(mine[t] == ref[t] for t in before), 100 * (mine[s] - ref[s])))
+    return out
+
+
+def jump_effect_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
+    """The jump's own effect on held-out accuracy, per NExt arm: the paired difference at the jump step."""
+    rows = []
+    for a in (a for a in arms if a.startswith("next")):
+        effects = jump_effects(arms, a)
+        if not effects:
+            continue
+        steps = sorted({int((j.get("extrapolation.extend_at") or [0])[0]) for j in arms[a]})
+        same = sum(e[1] for e in effects)
+        rows.append([labels.get(a, a), "/".join(map(str, steps)), f"{same} of {len(effects)}",
+                     ", ".join(f"{seed}: {d:+.1f}" for seed, _, d in effects),
+                     paired_cell([d for _, _, d in effects], "{:+.1f}")])
+    if not rows:
+        return []
+    return (["", "### The jump's own effect", "",
+             "Held-out val/acc at the jump step (evaluated after the jump) minus plain RL's at that step, same seed, "
+             "in points. Up to the jump a NExt run takes plain RL's steps, so where their evaluations before the jump "
+             "agree (the 'same before' column) the difference is the jump's alone; mean [95% t-interval] over seeds.",
+             ""]
+            + md_table(["method", "jump at", "same before the jump", "difference per seed (points)",
+                        "paired difference (points)"], rows))
+
+
 def smollm2_next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     """The NExt tables plus the claim seed by seed (the real-model sweep, issue 44). Plain RL is named by the
     runs' algorithm (the recipe's CISPO, not the paper's GRPO), NExt's arms by their extending coefficient."""
@@ -165,4 +208,4 @@ def smollm2_next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str
         if arm.startswith("next"):
             alpha = {float(j.get("extrapolation.alpha")) for j in arms[arm] if j.get("extrapolation.alpha") is not None}
             labels[arm] = "NExt predict-extend" + (f", alpha {'/'.join(f'{a:g}' for a in sorted(alpha))}" if alpha else "")
-    return next_tables(arms, jobs, labels, baseline) + paired_tables(arms, labels)
+    return next_tables(arms, jobs, labels, baseline) + paired_tables(arms, labels) + jump_effect_table(arms, labels)

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from rlx.report.next import paired_tables, smollm2_next_tables, step_savings
+from rlx.report.next import jump_effect_table, jump_effects, paired_tables, smollm2_next_tables, step_savings
 from rlx.run.records import Run
 
 
-def run(seed: int, curve: dict[int, float], *, alpha: float | None = None, finished: bool = True) -> Run:
+def run(seed: int, curve: dict[int, float], *, alpha: float | None = None, finished: bool = True,
+        extend_at: list[int] | None = None) -> Run:
     """A job with held-out val/acc at the given steps; its summary's val/acc is the last one."""
     config = {"seed": seed, "algo": {"name": "cispo"},
-              "extrapolation": {"type": "none" if alpha is None else "next", "alpha": alpha}}
+              "extrapolation": {"type": "none" if alpha is None else "next", "alpha": alpha, "extend_at": extend_at}}
     summary = {"status": "finished", "val/acc": curve[max(curve)]} if finished else {}
     return Run(Path(f"s{seed}"), f"s{seed}", config, [], {}, summary,
                [{"step": s, "val/acc": v} for s, v in sorted(curve.items())])
@@ -90,3 +91,28 @@ def test_the_sweep_tables_name_plain_rl_by_its_algorithm_and_nexts_by_alpha(arms
     assert row(saved, "NExt predict-extend, alpha 0.5")[1].startswith("0 of 3 seeds reach it")
     assert any(x.startswith("| NExt at N >= plain RL at 1.6N (the paper's claim) | NExt predict-extend, alpha 1.5 - "
                             "CISPO-LoRA, 1.6N steps |") for x in md)
+
+
+def test_the_jumps_own_effect_is_the_difference_at_the_jump_step_by_hand():
+    arms = {
+        "none_n": [run(0, {0: .05, 10: .2, 20: .3, 30: .31, 50: .35}), run(1, {0: .05, 10: .1, 20: .2, 30: .3, 50: .4})],
+        # seed 2 has no run at N: plain RL at 1.6N is the same run up to N (continued from N's checkpoint)
+        "none_long": [run(2, {0: .05, 10: .1, 20: .2, 30: .25, 80: .4})],
+        "next": [run(0, {0: .05, 10: .2, 20: .3, 30: .23, 50: .34}, alpha=1.5, extend_at=[30]),
+                 run(1, {0: .05, 10: .1, 20: .25, 30: .2, 50: .3}, alpha=1.5, extend_at=[30]),  # differs at 20
+                 run(2, {0: .05, 10: .1, 20: .2, 30: .31, 50: .4}, alpha=1.5, extend_at=[30])],
+    }
+    # at step 30: 23-31 = -8, 20-30 = -10, 31-25 = +6 points; seed 1's evaluation at 20 differs from plain RL's
+    effects = jump_effects(arms, "next")
+    assert [(seed, same) for seed, same, _ in effects] == [(0, True), (1, False), (2, True)]
+    assert [round(d, 6) for _, _, d in effects] == [-8.0, -10.0, 6.0]
+    # mean -4, sd sqrt((16 + 36 + 100) / 2) = 8.718, half = 4.303 * 8.718 / sqrt(3) = 21.66 -> [-25.7, +17.7]
+    assert row(jump_effect_table(arms, {}), "next") == [
+        "next", "30", "2 of 3", "0: -8.0, 1: -10.0, 2: +6.0", "-4.0 [-25.7, +17.7] (n=3)"]
+
+
+def test_a_run_without_a_jump_step_evaluation_has_no_jump_effect(arms):
+    # the fixture's runs evaluate at 0 and N only (plain RL has no step-30 evaluation): no row, no table
+    for j in arms["next"]:
+        j.config["extrapolation"]["extend_at"] = [30]
+    assert jump_effects(arms, "next") == [] and jump_effect_table(arms, {}) == []
