@@ -95,7 +95,8 @@ def test_the_sweep_tables_name_plain_rl_by_its_algorithm_and_nexts_by_alpha(arms
 
 def test_the_jumps_own_effect_is_the_difference_at_the_jump_step_by_hand():
     arms = {
-        "none_n": [run(0, {0: .05, 10: .2, 20: .3, 30: .31, 50: .35}), run(1, {0: .05, 10: .1, 20: .2, 30: .3, 50: .4})],
+        "none_n": [run(0, {0: .05, 10: .2, 20: .3, 30: .31, 50: .35}),
+                   run(1, {0: .05, 10: .1, 20: .2, 30: .3, 50: .4})],
         # seed 2 has no run at N: plain RL at 1.6N is the same run up to N (continued from N's checkpoint)
         "none_long": [run(2, {0: .05, 10: .1, 20: .2, 30: .25, 80: .4})],
         "next": [run(0, {0: .05, 10: .2, 20: .3, 30: .23, 50: .34}, alpha=1.5, extend_at=[30]),
