@@ -51,7 +51,8 @@ def train_or_load(cache_dir: Path, global_x, local_x, targets, **settings) -> tu
     path = cache_dir / f"{fit_key(global_x, local_x, targets, settings)}.pt"
     if path.exists():
         try:
-            fit = PredictorFit.from_state(torch.load(path, weights_only=True), global_x.shape[1])
+            # read onto the CPU whatever device wrote it (from_state builds a CPU net), then move the net
+            fit = PredictorFit.from_state(torch.load(path, weights_only=True, map_location="cpu"), global_x.shape[1])
         except Exception as e:  # noqa: BLE001 -- any unreadable entry is reported with its path
             raise RuntimeError(f"extrapolation.fit_cache: cannot read {path} ({type(e).__name__}: {e}); "
                                f"delete it to fit again") from e
