@@ -220,6 +220,25 @@ def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) ->
     return sync if sync != "auto" else ("adapter" if quant_format != "none" and not on_cpu else "merged")
 
 
+def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, seed: int, on_cpu: bool,
+                  lora_rank: int | None = None) -> dict:
+    """The keywords of the colocated `vllm.LLM` (vLLM's EngineArgs) for `rollout` config `cfg`, but the CPU
+    KV cache (sized to the work once the engine's tokenizer and prompts are known). `lora_rank`: the adapter
+    rank vLLM serves (sync=adapter), None for merged / full weights."""
+    kwargs = dict(model=str(serve_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[dtype],
+                  max_model_len=max_model_len, seed=seed, enforce_eager=bool(cfg.vllm.enforce_eager),
+                  logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
+    if lora_rank is not None:
+        kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(lora_rank), max_loras=1)
+    if on_cpu:
+        kwargs.update(WHOLE_PREFILLS)
+        kwargs.update(cpu_settings(cfg.vllm))
+    else:
+        kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
+        kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
+    return kwargs
+
+
 class VLLMEngine(RolloutEngine):
     # optional callable(rows, tokens) run as each request finishes inside a generate call (evaluation's
     # progress: one call can then hold every row and still report as it goes)
@@ -260,12 +279,9 @@ class VLLMEngine(RolloutEngine):
             from rlx.quant.export import export_compressed_tensors
 
             serve_dir = export_compressed_tensors(policy, tokenizer, Path(self._tmp) / "base_nvfp4")
-        kwargs = dict(model=str(serve_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[self.dtype],
-                      max_model_len=max_model_len, seed=seed, enforce_eager=bool(cfg.vllm.enforce_eager),
-                      logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
-        if self.mode == "adapter":
-            self.lora_r = max(int(m.r[k]) for m in _lora_layers(policy) for k in m.r)
-            kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(self.lora_r), max_loras=1)
+        self.lora_r = max(int(m.r[k]) for m in _lora_layers(policy) for k in m.r) if self.mode == "adapter" else None
+        kwargs = engine_kwargs(cfg, serve_dir, dtype=self.dtype, max_model_len=max_model_len, seed=seed,
+                               on_cpu=self.on_cpu, lora_rank=self.lora_r)
         self.concurrency = int(cfg.vllm.max_num_seqs)  # sequences vLLM runs at once (evaluation's least call)
         self.kv_plan = None
         if self.on_cpu:
@@ -279,11 +295,6 @@ class VLLMEngine(RolloutEngine):
             # no more in flight than the cache holds at full length, so vLLM does not preempt while every prompt is
             # within the planned length (a preempted request is recomputed: its tokens would depend on the memory)
             kwargs["max_num_seqs"] = self.concurrency
-            kwargs.update(WHOLE_PREFILLS)
-            kwargs.update(cpu_settings(cfg.vllm))
-        else:
-            kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
-            kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
         set_threads = torch.set_num_threads
         self.llm = vllm.LLM(**kwargs)
         if self.on_cpu:
