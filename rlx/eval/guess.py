@@ -89,6 +89,15 @@ def row_answer(row: dict) -> str | None:
     return None if answer is None else str(answer)
 
 
+def best_constant(golds: list[str]) -> tuple[str, int]:
+    """(the most common gold in plain form, how many problems have it): answering it everywhere passes exactly
+    those, in every reading (ties: the first seen)."""
+    if not golds:
+        raise ValueError("best_constant needs at least one gold")
+    key, count = Counter(vote_key(g) for g in golds).most_common(1)[0]
+    return _plain(key), count
+
+
 def answer_spread(answers: list[str | None], golds: list[str], passed: list[bool]) -> AnswerSpread:
     """The spread of one set's greedy answers ([P] each; module docstring)."""
     if not (len(answers) == len(golds) == len(passed)) or not golds:

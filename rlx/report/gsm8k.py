@@ -49,6 +49,7 @@ class Problems:
 
     path: Path
     verdicts: dict[str, dict[tuple[str, int], bool]]
+    rows: list[dict] = field(default_factory=list)  # the greedy rows, for the answers' spread (rlx.eval.guess)
 
     def count(self, by: str) -> tuple[int, int] | None:
         v = self.verdicts.get(by)
@@ -77,7 +78,7 @@ def read_problems(path: Path) -> Problems:
             verdicts[by] = {(r["set"], int(r["index"])): verdict(r, by) for r in rows}
         except (KeyError, TypeError, ValueError):  # a row without that reading or the text to read it from
             continue
-    return Problems(Path(path), verdicts)
+    return Problems(Path(path), verdicts, rows)
 
 
 def resolve_base(path: str | Path) -> Path:
@@ -314,6 +315,52 @@ FIT_HEADER = ["seed", "fitted steps (first half)", "A [95%]", "B [95%]", "C_mid 
               "predicted at the last point [95% band]", "measured", "predicted - measured", "inside the band"]
 
 
+# ---- the constant-guess baseline (rlx.eval.guess) --------------------------------------------------------
+
+def _sets_of(rows: list[dict]) -> dict[str, list[dict]]:
+    by_set: dict[str, list[dict]] = {}
+    for r in rows:
+        by_set.setdefault(str(r.get("set", "default")), []).append(r)
+    return by_set
+
+
+def guess_section(counted: list[RunResult], doc: dict) -> list[str]:
+    """What answering one number everywhere scores on these held-out problems (the set's most common gold, as
+    the word-problem reports show it), and each per-problem file's most common answer and accuracy without that
+    gold; nothing when no file records golds (files from before rlx-eval wrote them)."""
+    from rlx.eval.guess import best_constant, spreads_of_rows
+
+    files = [(r, side, f) for r in counted for side, f in (("start", r.start_file), ("end", r.end_file))
+             if f is not None and f.rows and all("gold" in row for row in f.rows)]
+    if not files:
+        return []
+    shares = {}  # set -> (the most common gold, problems it is the gold of, problems)
+    for name, rows in _sets_of(files[0][2].rows).items():
+        answer, k = best_constant([str(row["gold"]) for row in rows])
+        shares[name] = (answer, k, len(rows))
+    doc["constant_guess"] = {name: {"answer": a, "problems": k, "n": n, "acc": k / n}
+                             for name, (a, k, n) in shares.items()}
+    named = len(shares) > 1
+    said = "; ".join((f"{name}: " if named else "") + f"**{a}** is the gold of {k} of {n} problems, so answering "
+                     f"{a} everywhere scores **{100 * k / n:.1f}%**" for name, (a, k, n) in shares.items())
+    lines = ["## The constant-guess baseline", "",
+             f"The held-out set's most common gold (rlx.eval.guess, docs/eval.md 'One answer everywhere'): {said} in "
+             f"every reading (the task's, and lm-eval's when written `#### {next(iter(shares.values()))[0]}`), "
+             f"without solving any problem: an accuracy near it is no evidence of solving. Per evaluation with a per-problem "
+             f"file: the answer given most often (lm-eval's flexible-extract number; bold where it makes over half "
+             f"the passes, or was given to 15%+ of the problems and twice as often as it is a gold), and the task's "
+             f"accuracy on the problems whose gold is not the most common one.", ""]
+    rows, doc["answers"] = [], []
+    for r, side, f in files:
+        step = r.start if side == "start" else r.end
+        for name, a in spreads_of_rows(f.rows).items():
+            beyond = "–" if math.isnan(a.beyond) else f"{100 * a.beyond:.1f} (gold {a.top_gold} out)"
+            rows.append([str(r.run.seed), f"step {step}" + (f", {name}" if named else ""), a.cell(), beyond])
+            doc["answers"].append({"run": r.run.name, "seed": r.run.seed, "step": step, "set": name, **a.as_dict()})
+    return lines + md_table(["seed", "evaluation", "most common answer", "task acc % without the most common gold"],
+                            rows) + [""]
+
+
 # ---- the report ----------------------------------------------------------------------------------
 
 def pct_count(acc: float | None, k, n) -> str:
@@ -465,6 +512,8 @@ def gsm8k_report(root: Path, jobs: list[Run], plots: bool = True, base: str | Pa
                      ", ".join(f"{g:+.1f}" for g in gains) or "–"])
     lines += md_table(["reading", "seeds", "start, mean (%)", "end, mean (%)", "end - start (points) [95% t]",
                        "per-seed gains"], rows) + [""]
+
+    lines += guess_section(counted, doc)
 
     # 4. predictability
     fitted = {m: [] for m in FIT_METRICS}

@@ -275,3 +275,39 @@ def test_the_title_says_what_the_runs_are(tmp_path):
                                                           "(RL from the pretrained model)")
     mixed = title([_configured(tmp_path, "g2", gsm), _configured(tmp_path, "w2", wp)])
     assert mixed == "SmolLM2-135M on real GSM8K / rlx's word problems (some runs from an SFT warm start)"
+
+
+GOLDS = ["3", "3", "7", "3.0", "1", "2", "8", "4", "5", "6"]  # "3" thrice ("3.0" is 3): the most common gold
+
+
+def with_golds(path: Path, answers: list[str]) -> None:
+    """Give a fixture's completions.jsonl the gold and the flexible-extract answer rlx-eval writes per row."""
+    rows = [json.loads(ln) for ln in path.read_text().splitlines()]
+    for r in rows:
+        r["gold"] = GOLDS[r["index"]]
+        r["readings"]["flexible-extract"] = {**r["readings"].get("flexible-extract", {}), "answer": answers[r["index"]]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_constant_guess_baseline_is_shown_beside_the_readings(tmp_path):
+    three_seeds(tmp_path)
+    md, _, doc = build(tmp_path, "smollm2_gsm8k", plots=False)
+    assert "constant-guess" not in md and "constant_guess" not in doc  # files without golds: nothing to say
+    # seed 0 starts answering each problem's own index and ends answering 3 everywhere; its end passes {0, 2}
+    with_golds(tmp_path / "seed0/eval/step_0/completions.jsonl", [str(i) for i in range(N)])
+    with_golds(tmp_path / "seed0/eval/step_30/completions.jsonl", ["3"] * N)
+    md, _, doc = build(tmp_path, "smollm2_gsm8k", plots=False)
+    # 3 is the gold of problems 0, 1 and 3: answering 3 everywhere passes 3 of 10 in every reading
+    assert "**3** is the gold of 3 of 10 problems, so answering 3 everywhere scores **30.0%**" in md
+    assert doc["constant_guess"] == {"gsm8k": {"answer": "3", "problems": 3, "n": N, "acc": 0.3}}
+    section = md.split("## The constant-guess baseline")[1].split("\n## ")[0]
+    # the start: answer i for problem i, so each answer once (ties: the first seen, 0, is the mode); its one pass
+    # (the fixture's verdict) is problem 0, answered 0; gold 3, so none of the 7 others passes
+    assert row(section, "0", "step 0") == ["0", "step 0", "0 x 1 (gold of 0), 1 of 1 passes", "0.0 (gold 3 out)"]
+    # the end: 3 given to all 10 problems, the gold of 3, and both passes (problems 0 and 2) answer it: given to
+    # 10 >= 2 x 3 golds and >= 15% of the problems, so suspect (bold); without gold 3: problem 2 (gold 7) of the
+    # 7 others passes (the fixture's verdict), 1 / 7 = 14.3%
+    assert row(section, "0", "step 30") == [
+        "0", "step 30", "**3 x 10 (gold of 3), 2 of 2 passes**", "14.3 (gold 3 out)"]
+    assert [(a["seed"], a["step"], a["given"], a["suspect"]) for a in doc["answers"]] == [
+        (0, 0, 1, False), (0, 30, 10, True)]
