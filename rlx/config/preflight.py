@@ -4,13 +4,15 @@
 non-finite or out-of-range numbers (rlx.config.limits), then converts each group to its package's typed config
 (`convert`), whose own checks run then (rlx/<package>/config.py: one place per group), and keeps here
 only the rules that read more than one group: full fine-tuning against quant / extrapolation / engine /
-strategy, the shared prefix against gradient checkpointing, what N torchrun ranks cannot do, and the
-engine against the model and the quant format. It builds nothing heavy: a typo costs a second.
+strategy, the shared prefix against gradient checkpointing, what N torchrun ranks cannot do, the
+engine against the model and the quant format, and the dtype a vLLM engine's GPU kernels take. It builds nothing heavy: a typo costs a second.
 """
 
 from __future__ import annotations
 
 import os
+
+import torch
 
 from rlx.run.device import DeviceSpec, resolve
 from rlx.run import distributed as dist
@@ -36,6 +38,7 @@ def check(cfg) -> DeviceSpec:
         resolve_gguf(cfg.model.gguf_file)
     trainer = resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
     record_dtype(cfg, trainer)
+    trainer = half_precision_for_vllm(cfg, trainer)
     check_engine(cfg)
     check_env(cfg)  # the env group against the rollout budget and mode (rlx/envs)
     return trainer
@@ -54,6 +57,58 @@ def record_dtype(cfg, trainer: DeviceSpec) -> None:
     with read_write(cfg.trainer):
         cfg.trainer.dtype = trainer.dtype_name
     say(f"[device] trainer.dtype=auto -> {trainer.dtype_name} ({trainer.dtype_why.removeprefix('auto: ')})")
+
+
+def vllm_serves_adapter_on_gpu(cfg) -> str:
+    """What a vLLM engine of this run would serve through its half-precision-only GPU kernels ('' if none):
+    a LoRA adapter (vLLM's Punica kernels) and, with it, an NVFP4 base (Marlin FP4 on Hopper, FlashInfer's
+    W4A16 on Blackwell). Merged or full weights are served dense, which vLLM takes in fp32 too. Running
+    servers (rollout.server.urls) were started with a dtype of their own."""
+    engine, r = cfg.rollout.engine, cfg.rollout
+    if engine not in ("vllm", "vllm_server") or (engine == "vllm_server" and not r.server.num):
+        return ""
+    from rlx.rollout.vllm import _import_vllm, _on_cpu, sync_mode
+
+    lora = cfg.model.finetune != "full"
+    if not lora or _on_cpu(_import_vllm()):
+        return ""
+    if engine == "vllm":
+        mode = sync_mode(r.vllm.sync, cfg.quant.format, lora=True)
+        fmt = cfg.quant.format if mode == "adapter" and cfg.quant.format != "none" else ""
+    else:  # a server takes LoRA as an adapter unless merged is asked for (rlx.rollout.server.engine)
+        mode, fmt = ("merged" if r.vllm.sync == "merged" else "adapter"), ""
+    if mode != "adapter":
+        return ""
+    return f"rollout={engine} with a LoRA adapter" + (f" on a quant.format={fmt} base" if fmt else "")
+
+
+def half_precision_for_vllm(cfg, trainer: DeviceSpec) -> DeviceSpec:
+    """trainer.dtype=fp32 with a vLLM engine that serves an adapter on a GPU: the run moves to bf16, with a
+    logged line (vLLM's LoRA and FP4 GPU kernels assert fp16/bf16, and the engine's dtype is the trainer's;
+    the tiny model pins fp32 for the CPU's sake). Refused, naming the keys, where bf16 cannot be had."""
+    if trainer.dtype != torch.float32:
+        return trainer
+    what = vllm_serves_adapter_on_gpu(cfg)
+    if not what:
+        return trainer
+    keep = "use rollout.vllm.sync=merged (dense weights, which vLLM serves in fp32) or rollout=hf"
+    if not torch.cuda.is_bf16_supported():
+        raise ValueError(f"trainer.dtype=fp32 with {what} on a GPU: vLLM's LoRA and FP4 kernels take fp16/bf16 "
+                         f"only, and this GPU has no bf16; {keep}")
+    if cfg.algo.fp32_lm_head:
+        raise ValueError(f"algo.fp32_lm_head with {what} on a GPU: vLLM's LoRA and FP4 kernels take bf16 (not fp32), "
+                         f"and vLLM computes the LM head in its dtype; turn algo.fp32_lm_head off, or {keep}")
+    from dataclasses import replace
+
+    from omegaconf import read_write
+
+    from rlx.run.logging import say
+
+    with read_write(cfg.trainer):
+        cfg.trainer.dtype = "bf16"
+    why = f"{what} on a GPU: vLLM's LoRA and FP4 kernels take fp16/bf16 only"
+    say(f"[device] trainer.dtype=fp32 -> bf16: {why} (to keep fp32, {keep})")
+    return replace(trainer, dtype=torch.bfloat16, dtype_why=why)
 
 
 def convert(cfg) -> dict:

@@ -60,7 +60,8 @@ class VLLMConfig:
         metadata={"help": "how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md;"
                           " a quantized base's W is its dequantized values, served dense) | adapter (a PEFT adapter"
                           " saved per sync, served as a LoRA request on top of the packed NVFP4 export; GPU only) |"
-                          " auto (merged, or adapter for a quantized base on a GPU)"},
+                          " auto (merged, or adapter for an nvfp4 base on a GPU). On a GPU an adapter is served in"
+                          " bf16 (docs/engine.md, \"On a GPU\")"},
     )
 
 

@@ -93,10 +93,11 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
                 f"weights with the adapter merged in, the numbers rollout=hf samples from")
         if cfg.vllm.sleep_mode:
             raise ValueError("rollout.vllm.sleep_mode: vLLM's CPU backend has no sleep mode (GPU only)")
-    elif quant_format not in ("none", "nvfp4") and cfg.vllm.sync != "merged":
-        raise ValueError(f"rollout=vllm with quant.format={quant_format}: vLLM serves rlx's nvfp4 export "
-                         f"(compressed-tensors) through rollout.vllm.sync=adapter; a {quant_format} base is not "
-                         f"exported. Use quant=nvfp4, rollout.vllm.sync=merged (dense dequantized weights) or rollout=hf")
+    elif quant_format not in ("none", "nvfp4") and cfg.vllm.sync == "adapter":
+        raise ValueError(f"rollout=vllm with quant.format={quant_format} and rollout.vllm.sync=adapter: vLLM serves "
+                         f"rlx's nvfp4 export (compressed-tensors) with an adapter; a {quant_format} base is not "
+                         f"exported. Use rollout.vllm.sync=merged or auto (dense dequantized weights), quant=nvfp4 "
+                         f"or rollout=hf")
     if cfg.vllm.sleep_mode and cfg.mode == "async":
         raise ValueError("rollout.vllm.sleep_mode with rollout.mode=async: the generator samples while the trainer "
                          "updates, so vLLM cannot sleep then; use one or the other")
@@ -211,13 +212,14 @@ def repack_tied_head(model) -> None:
 
 def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) -> str:
     """How weights reach the engine: merged | adapter (LoRA, see the module docstring) | full. `auto` serves
-    a quantized base packed with the adapter on top where vLLM has the kernels (a GPU), merged elsewhere."""
+    an NVFP4 base packed with the adapter on top where vLLM has the kernels (a GPU), merged elsewhere (a
+    CPU, or a format rlx does not export for vLLM: nf4, mxfp4)."""
     if not lora:
         if sync == "adapter":
             raise ValueError("rollout.vllm.sync=adapter with model.finetune=full: there is no adapter to serve; "
                              "use rollout.vllm.sync=auto (full weights are reloaded at every sync)")
         return "full"
-    return sync if sync != "auto" else ("adapter" if quant_format != "none" and not on_cpu else "merged")
+    return sync if sync != "auto" else ("adapter" if quant_format == "nvfp4" and not on_cpu else "merged")
 
 
 def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, seed: int, on_cpu: bool,
