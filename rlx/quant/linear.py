@@ -24,6 +24,15 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 _TRITON_FAILED = False  # set once the fused kernel failed under kernel=auto
 
 
+def _autocast_input(x: Tensor) -> Tensor:
+    """x in the dtype autocast gives a linear layer's input (F.linear on the torch path gets this from
+    autocast itself; the fused kernel is not an autocast op, so it would compute in x's own dtype)."""
+    kind = x.device.type
+    if x.is_floating_point() and torch.is_autocast_enabled(kind):
+        return x.to(torch.get_autocast_dtype(kind))
+    return x
+
+
 class QuantLinear(nn.Module):
     """y = x @ dequantize(W)^T + b, with W held as 4-bit codes and block scales (buffers, no grad).
 
@@ -95,7 +104,7 @@ class QuantLinear(nn.Module):
             from rlx.quant import triton_kernels
 
             try:
-                return triton_kernels.quant_linear(x, self.quantized_weight, self.bias)
+                return triton_kernels.quant_linear(_autocast_input(x), self.quantized_weight, self.bias)
             except Exception as err:  # compile/launch failure on this GPU: auto falls back, triton raises
                 if self.kernel == "triton":
                     raise

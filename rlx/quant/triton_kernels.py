@@ -7,8 +7,13 @@ exactly as the torch path does (fp32 code value * fp32 block scale, rounded once
 dtype), so only the accumulation order differs. Tested on CPU with TRITON_INTERPRET=1; there the
 dots run on fp32-upcast operands (the interpreter's bf16 dot is wrong), which gives the same
 products since bf16/fp16 values are exact in fp32.
+
+Row offsets are int64 (row * row stride passes 2^31 elements on long batches or wide weights). Decode
+(M <= 16) on CUDA splits K over more programs (split_k_for) and sums the fp32 partials in torch, in a
+fixed order. Compiled ahead of time for sm_90 and sm_100 in tests/gpu_contract/test_triton_aot.py.
 """
 
+import functools
 import os
 
 import torch
@@ -99,16 +104,18 @@ if triton is not None:
     @triton.jit
     def _quant_matmul_kernel(
         x_ptr, packed_ptr, scale_ptr, gscale_ptr, lut_ptr, bias_ptr, out_ptr,
-        M, N, K,
-        stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_om, stride_on,
+        M, N, K, kh_per_split,
+        stride_xm, stride_xk, stride_pn, stride_pk, stride_sn, stride_sk, stride_ok, stride_om, stride_on,
         FMT: tl.constexpr, GROUP: tl.constexpr, HIGH_FIRST: tl.constexpr, FLAT_SCALE: tl.constexpr,
-        HAS_BIAS: tl.constexpr, UPCAST_DOT: tl.constexpr, BF16: tl.constexpr,
+        HAS_BIAS: tl.constexpr, UPCAST_DOT: tl.constexpr, BF16: tl.constexpr, SPLIT_K: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KH: tl.constexpr,
     ):
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
-        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
-        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        """out[pid_k] (+)= x[:, K range of pid_k] @ W[:, same range]^T. Without SPLIT_K there is one K range
+        and out is the result in x's dtype; with it, out is an fp32 [splits, M, N] buffer of partial sums."""
+        # int64 row indices: row * row stride passes 2^31 once M*K, M*N or N*K does
+        rm = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+        rn = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        pid_k = tl.program_id(2)
         mask_m = rm < M
         mask_n = rn < N
         half_k = K // 2
@@ -117,7 +124,9 @@ if triton is not None:
             gscale = tl.load(gscale_ptr)
         else:
             gscale = 1.0  # unused: only NVFP4 has a global scale
-        for kh0 in range(0, half_k, BLOCK_KH):
+        kh_start = pid_k * kh_per_split  # a multiple of BLOCK_KH, so the ranges tile K without overlap
+        kh_end = tl.minimum(kh_start + kh_per_split, half_k)
+        for kh0 in range(kh_start, kh_end, BLOCK_KH):
             kh = kh0 + tl.arange(0, BLOCK_KH)  # byte columns [BKH]
             mask_k = kh < half_k
             w_mask = mask_n[:, None] & mask_k[None, :]
@@ -142,11 +151,12 @@ if triton is not None:
             else:  # bf16/fp16 tensor-core dot, fp32 accumulation
                 acc += tl.dot(x_even, tl.trans(w_even))
                 acc += tl.dot(x_odd, tl.trans(w_odd))
-        if HAS_BIAS:
-            acc += tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-        if BF16:
+        if HAS_BIAS:  # added once: by the first K range
+            bias = tl.load(bias_ptr + rn, mask=mask_n, other=0.0).to(tl.float32)
+            acc += tl.where(pid_k == 0, bias, 0.0)[None, :]
+        if BF16 and not SPLIT_K:  # partial sums stay fp32; torch rounds their total
             acc = _round_to_bf16(acc)
-        out_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :] * stride_on
+        out_ptrs = out_ptr + pid_k.to(tl.int64) * stride_ok + rm[:, None] * stride_om + rn[None, :] * stride_on
         tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
@@ -162,8 +172,40 @@ def _kernel_operands(qt: QuantizedTensor, device: torch.device):
     raise ValueError(f"no triton kernel for format {qt.fmt!r}")
 
 
-def quant_matmul(x: Tensor, qt: QuantizedTensor, bias: Tensor | None = None) -> Tensor:
-    """x [..., K] -> [..., N] with the fused kernel (no autograd; see quant_linear)."""
+BLOCK_N, BLOCK_KH = 64, 32
+DECODE_ROWS = 16  # M up to this runs 16-row tiles (and may split K); larger M runs 64-row tiles
+MAX_SPLIT_K = 16
+MIN_KH_BLOCKS_PER_SPLIT = 4  # each K range keeps a few loop iterations to hide its loads
+
+
+def block_m_for(m: int) -> int:
+    return 16 if m <= DECODE_ROWS else 64
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def split_k_for(m: int, n: int, k: int, device: torch.device) -> int:
+    """How many K ranges a decode-sized call splits into: enough programs for about two per SM.
+
+    At decode (M <= 16) the grid has only ceil(N / 64) programs, e.g. 56 for N = 3584 on a 132-SM H100,
+    each streaming the whole K of its weight columns: most SMs idle while the weight read is the cost.
+    Splitting K gives every SM work. A heuristic, not tuned on a GPU (docs/gpu.md)."""
+    if m > DECODE_ROWS or device.type != "cuda":
+        return 1
+    tiles = triton.cdiv(n, BLOCK_N)
+    kh_blocks = triton.cdiv(k // 2, BLOCK_KH)
+    wanted = triton.cdiv(2 * _sm_count(device.index if device.index is not None else torch.cuda.current_device()),
+                         tiles)
+    return max(1, min(wanted, kh_blocks // MIN_KH_BLOCKS_PER_SPLIT, MAX_SPLIT_K))
+
+
+def quant_matmul(x: Tensor, qt: QuantizedTensor, bias: Tensor | None = None, split_k: int | None = None) -> Tensor:
+    """x [..., K] -> [..., N] with the fused kernel (no autograd; see quant_linear).
+
+    split_k: K ranges summed afterwards in fp32 (None: split_k_for's choice; 1: one pass, no buffer)."""
     if triton is None:
         raise RuntimeError("triton is not importable")
     n, k = qt.shape
@@ -171,21 +213,28 @@ def quant_matmul(x: Tensor, qt: QuantizedTensor, bias: Tensor | None = None) -> 
         raise ValueError(f"input has {x.shape[-1]} features, the quantized weight expects {k}")
     x2 = x.reshape(-1, k)  # [M, K]
     m = x2.shape[0]
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    kh_blocks = triton.cdiv(k // 2, BLOCK_KH)
+    split = split_k_for(m, n, k, x.device) if split_k is None else max(1, min(int(split_k), kh_blocks))
+    kh_per_split = triton.cdiv(kh_blocks, split) * BLOCK_KH
+    split = triton.cdiv(k // 2, kh_per_split)  # no empty K range
+    # one pass writes the result; a split writes fp32 partial sums [split, M, N], summed below
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if split == 1 else \
+        torch.empty(split, m, n, dtype=torch.float32, device=x.device)
     fmt_id, group, high_first, flat_scale = _FORMAT_IDS[qt.fmt]
     scale, gscale, lut = _kernel_operands(qt, x.device)
-    block_m = 16 if m <= 16 else 64
-    block_n, block_kh = 64, 32
-    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
+    block_m = block_m_for(m)
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, BLOCK_N), split)
     _quant_matmul_kernel[grid](
         x2, qt.packed, scale, gscale, lut, bias if bias is not None else out, out,
-        m, n, k,
+        m, n, k, kh_per_split,
         x2.stride(0), x2.stride(1), qt.packed.stride(0), qt.packed.stride(1),
-        scale.stride(0), scale.stride(1), out.stride(0), out.stride(1),
+        scale.stride(0), scale.stride(1), out.stride(0) if split > 1 else 0, out.stride(-2), out.stride(-1),
         FMT=fmt_id, GROUP=group, HIGH_FIRST=high_first, FLAT_SCALE=flat_scale, HAS_BIAS=bias is not None,
         UPCAST_DOT=x.dtype == torch.float32 or _interpreting(), BF16=x.dtype == torch.bfloat16,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_KH=block_kh,
+        SPLIT_K=split > 1, BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_KH=BLOCK_KH,
     )
+    if split > 1:
+        out = out.sum(0).to(x.dtype)  # a fixed order: the same x gives the same bits, unlike atomics
     return out.reshape(*x.shape[:-1], n)
 
 

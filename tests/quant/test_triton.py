@@ -85,10 +85,13 @@ def test_kernel_compiles_for_hopper(fmt, dtype, tmp_path, monkeypatch):
     pointers = {"x_ptr": dtype, "packed_ptr": "u8", "scale_ptr": "fp32" if fmt == "nf4" else "u8",
                 "gscale_ptr": "fp32", "lut_ptr": "fp32", "bias_ptr": dtype, "out_ptr": dtype}
     signature = {name: f"*{t}" for name, t in pointers.items()}
-    signature.update({name: "i32" for name in kernel.arg_names[7:18]})  # M, N, K and the strides
     constants = dict(FMT=fmt_id, GROUP=group, HIGH_FIRST=high_first, FLAT_SCALE=flat_scale, HAS_BIAS=True,
-                     UPCAST_DOT=dtype == "fp32", BF16=dtype == "bf16", BLOCK_M=16, BLOCK_N=64, BLOCK_KH=32)
+                     UPCAST_DOT=dtype == "fp32", BF16=dtype == "bf16", SPLIT_K=False, BLOCK_M=16, BLOCK_N=64,
+                     BLOCK_KH=32)
     signature.update({name: "constexpr" for name in constants})
+    # M, N, K, the K range and the strides
+    signature.update({name: "i32" for name in kernel.arg_names if name not in signature})
+    signature = {name: signature[name] for name in kernel.arg_names}  # in the kernel's argument order
     source = ASTSource(
         fn=kernel, signature=signature, constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()}
     )
