@@ -15,6 +15,7 @@ bf16, never auto, and a resume on a machine where auto picks the other one is re
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from dataclasses import dataclass
 
@@ -49,16 +50,7 @@ class DeviceSpec:
 def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     """The DeviceSpec for a `trainer` config; raises ValueError naming the key before any work. Under
     torchrun each rank computes on its own device: cuda means cuda:LOCAL_RANK."""
-    dev = str(cfg.device)
-    if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
-        raise ValueError(f"trainer.device: '{dev}' is not auto, cpu, cuda or cuda:N")
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"trainer.device={dev}: this machine has no CUDA device (torch {torch.__version__}, "
-                         f"torch.cuda.is_available() is False); use trainer.device=cpu or auto")
-    if dev == "auto":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev == "cuda" and world_size > 1:
-        dev = f"cuda:{local_rank}"
+    dev = rank_device(cfg.device, world_size, local_rank)
     from rlx.run.distributed import STRATEGIES
 
     if cfg.strategy not in STRATEGIES:
@@ -68,7 +60,7 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     if cfg.dtype not in DTYPE_CHOICES:
         raise ValueError(f"trainer.dtype: '{cfg.dtype}' is not one of {list(DTYPE_CHOICES)}")
     dtype, why = auto_dtype(dev) if cfg.dtype == "auto" else (cfg.dtype, "set")
-    if dev == "cpu" and cfg.dtype == "bf16" and not cpu_bf16_flags():
+    if dev.type == "cpu" and cfg.dtype == "bf16" and not cpu_bf16_flags():
         from rlx.run.logging import say
 
         say("[warn] trainer.dtype=bf16 on a CPU without bf16 instructions (avx512_bf16, amx_bf16): bf16 matmuls are emulated here, "
@@ -82,7 +74,34 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     from rlx.run.allocator import set_mmap_threshold
 
     set_mmap_threshold(float(cfg.get("malloc_mmap_threshold_mb", 0.0)))
-    return DeviceSpec(torch.device(dev), DTYPES[dtype], world_size, why)
+    return DeviceSpec(dev, DTYPES[dtype], world_size, why)
+
+
+def rank_device(device: str, world_size: int = 1, local_rank: int = 0) -> torch.device:
+    """The device `trainer.device` means for this process; the process group (rlx.run.distributed.init)
+    makes it the current CUDA device. Under torchrun / SLURM (world_size > 1) every rank computes on its
+    node's GPU number LOCAL_RANK: `cuda` and `auto` mean cuda:LOCAL_RANK, and an explicit cuda:N is
+    refused (N ranks on one GPU: NCCL refuses duplicate GPUs); CUDA_VISIBLE_DEVICES chooses the GPUs."""
+    dev = str(device)
+    if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
+        raise ValueError(f"trainer.device: '{dev}' is not auto, cpu, cuda or cuda:N")
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.device={dev}: this machine has no CUDA device (torch {torch.__version__}, "
+                         f"torch.cuda.is_available() is False); use trainer.device=cpu or auto")
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if world_size > 1 and dev.startswith("cuda:"):
+        raise ValueError(f"trainer.device={dev} with {world_size} ranks (torchrun / SLURM): every rank would compute on "
+                         f"that one GPU. Use trainer.device=cuda (or auto): each rank takes cuda:LOCAL_RANK, its own GPU "
+                         f"of the node; choose which GPUs with CUDA_VISIBLE_DEVICES")
+    if dev == "cuda" and world_size > 1:
+        dev = f"cuda:{local_rank}"
+    if dev.startswith("cuda:") and int(dev.split(":")[1]) >= torch.cuda.device_count():
+        where = f"LOCAL_RANK {local_rank}" if world_size > 1 else f"trainer.device={dev}"
+        raise ValueError(f"{where}: this process sees {torch.cuda.device_count()} CUDA device(s) (CUDA_VISIBLE_DEVICES="
+                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}), so it has no {dev}"
+                         + ("; start at most that many ranks per node (torchrun --nproc_per_node)" if world_size > 1 else ""))
+    return torch.device(dev)
 
 
 def auto_dtype(device) -> tuple[str, str]:

@@ -109,9 +109,30 @@ def env_rank() -> int:
     return int(os.environ.get("RANK") or env_from_slurm(dict(os.environ)).get("RANK") or 0)
 
 
+def env_local_rank() -> int:
+    """This process's rank on its node (torchrun's LOCAL_RANK, or SLURM's SLURM_LOCALID), before any init."""
+    return int(os.environ.get("LOCAL_RANK") or env_from_slurm(dict(os.environ)).get("LOCAL_RANK") or 0)
+
+
 def launched_world_size() -> int:
     """Processes this job was launched as (torchrun's WORLD_SIZE, or SLURM's task count), before any init."""
     return int(os.environ.get("WORLD_SIZE") or env_from_slurm(dict(os.environ)).get("WORLD_SIZE") or 1)
+
+
+def backend(device: torch.device) -> str:
+    """The process group's backend for ranks that compute on `device`. On CUDA, NCCL serves the CUDA
+    tensors (DDP's and FSDP's gradients) and gloo the CPU ones: the loop all-reduces CPU statistics
+    (`DataParallel.reduce_stats`) and gathers pickled batches, and NCCL alone has no backend for cpu."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+
+
+def process_device(trainer_cfg) -> torch.device:
+    """The device this process computes on, as the launcher's variables (torchrun's or SLURM's) place it: the
+    rule `rlx.run.device.resolve` applies (one GPU per rank, cuda:LOCAL_RANK), so the current CUDA device
+    init sets is the one the model, DDP and the engine use."""
+    from rlx.run.device import rank_device
+
+    return rank_device(trainer_cfg.device, launched_world_size(), env_local_rank())
 
 
 def init(trainer_cfg) -> World:
@@ -120,12 +141,13 @@ def init(trainer_cfg) -> World:
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
+    local_rank = env_local_rank()
     if not dist.is_initialized():  # the config was checked by rlx.config.preflight (trainer.strategy, dist_timeout_s)
-        cuda = str(trainer_cfg.device).startswith("cuda") or (trainer_cfg.device == "auto" and torch.cuda.is_available())
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=float(trainer_cfg.dist_timeout_s)))
-    return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        device = process_device(trainer_cfg)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend(device), timeout=timedelta(seconds=float(trainer_cfg.dist_timeout_s)))
+    return World(dist.get_rank(), dist.get_world_size(), local_rank)
 
 
 def join(trainer_cfg, run_dir):
@@ -194,8 +216,6 @@ class DataParallel:
     itself, nothing to reduce (bitwise the single-process update)."""
 
     def __init__(self, policy, world: World, strategy: str = "ddp", device: torch.device | None = None):
-        from rlx.models.forward import causal_lm
-
         self.world, self.strategy = world, strategy
         self.decoder = None  # the update's forward goes through this (DDP wrapper) when set
         self.loss_scale = 1.0
@@ -203,6 +223,8 @@ class DataParallel:
         self._extra: list[torch.nn.Parameter] = []
         if not world.distributed:
             return
+        from rlx.models.forward import causal_lm  # (a higher package, and heavy: only where a model is wrapped)
+
         lm = causal_lm(policy)
         inside = {id(q) for q in lm.model.parameters()}
         # trainable tensors outside the decoder (a trainable head: full fine-tuning) are reduced by hand
