@@ -14,7 +14,7 @@ Saving (`Checkpointer.save`):
 
 Loading (`Checkpointer.load`) verifies the manifest before it reads anything (a missing file, a size or
 sha256 mismatch raises `CorruptCheckpointError` naming the file), then reads `trainer_state.pt` with
-`torch.load(weights_only=True)`: the trainer state holds only tensors and plain containers. numpy
+`torch.load(weights_only=True, map_location="cpu")` (a GPU run's checkpoint reads on any machine): the trainer state holds only tensors and plain containers. numpy
 arrays (numpy's RNG state, any task state) are stored as tensors (`encode_state` / `decode_state`);
 anything else is refused at save time, naming where in the state it sits, so a checkpoint that could not
 be loaded safely is never written. A pickle that would run code is refused at load time.
@@ -200,10 +200,13 @@ def _refusal(e: Exception) -> str:
 
 
 def read_state(path: Path) -> dict:
-    """`trainer_state.pt` of a (verified) step dir, through the safe unpickler only."""
+    """`trainer_state.pt` of a (verified) step dir, through the safe unpickler only, onto the CPU: a GPU run's
+    optimizer state would otherwise go back to the GPU it was saved from (cuda:0 on every rank under torchrun;
+    an error on a machine without one). Whoever takes a part moves it: Optimizer.load_state_dict casts each
+    moment to its parameter's device, CUDA's RNG state is a CPU ByteTensor as saved."""
     f = Path(path) / STATE
     try:
-        raw = torch.load(f, weights_only=True)
+        raw = torch.load(f, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
         raise CorruptCheckpointError(path, STATE, "is unsafe or corrupt: torch.load(weights_only=True) refused it "
                                                   f"({_refusal(e)}); it was not loaded") from None
