@@ -223,10 +223,13 @@ def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) ->
 
 
 def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, seed: int, on_cpu: bool,
-                  lora_rank: int | None = None) -> dict:
+                  lora_rank: int | None = None, world_size: int = 1) -> dict:
     """The keywords of the colocated `vllm.LLM` (vLLM's EngineArgs) for `rollout` config `cfg`, but the CPU
     KV cache (sized to the work once the engine's tokenizer and prompts are known). `lora_rank`: the adapter
-    rank vLLM serves (sync=adapter), None for merged / full weights."""
+    rank vLLM serves (sync=adapter), None for merged / full weights. `world_size` > 1 (torchrun) on a GPU:
+    every rank builds its own engine through vLLM's external launcher, whose worker takes the GPU
+    cuda:LOCAL_RANK and joins the process group rlx already initialised as one tensor-parallel group of
+    one (docs/engine.md, "On a GPU"); vLLM's default executor would put every rank's engine on cuda:0."""
     kwargs = dict(model=str(serve_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[dtype],
                   max_model_len=max_model_len, seed=seed, enforce_eager=bool(cfg.vllm.enforce_eager),
                   logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
@@ -238,6 +241,8 @@ def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, see
     else:
         kwargs["gpu_memory_utilization"] = float(cfg.vllm.gpu_memory_utilization)
         kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
+        if world_size > 1:
+            kwargs["distributed_executor_backend"] = "external_launcher"
     return kwargs
 
 
@@ -283,7 +288,7 @@ class VLLMEngine(RolloutEngine):
             serve_dir = export_compressed_tensors(policy, tokenizer, Path(self._tmp) / "base_nvfp4")
         self.lora_r = max(int(m.r[k]) for m in _lora_layers(policy) for k in m.r) if self.mode == "adapter" else None
         kwargs = engine_kwargs(cfg, serve_dir, dtype=self.dtype, max_model_len=max_model_len, seed=seed,
-                               on_cpu=self.on_cpu, lora_rank=self.lora_r)
+                               on_cpu=self.on_cpu, lora_rank=self.lora_r, world_size=trainer.world_size)
         self.concurrency = int(cfg.vllm.max_num_seqs)  # sequences vLLM runs at once (evaluation's least call)
         self.kv_plan = None
         if self.on_cpu:
