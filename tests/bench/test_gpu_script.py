@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ def test_smoke_vllm_cpu_tokens_per_s(tmp_path):
         assert bf16["status"] == "PASS"
         assert bf16["figures"]["tokens_per_s"] > 0
         assert bf16["figures"]["tokens"] == batch * 32
+        assert bf16["figures"]["model_runner"] == "V1"  # read from vLLM's log: never V2 on a CPU
+        assert bf16["figures"]["model_runner_why"].startswith("log: ")
     assert checks["1.vllm.nvfp4"]["status"] == "SKIP"
     assert data["summary"]["FAIL"] == 0
     assert not any(tmp_path.glob("rlx_gpu_bench_*")), "checkpoint temp dir left behind"
@@ -91,3 +94,65 @@ def test_triton_checks_logic_under_the_interpreter(tmp_path):
     data = json.loads(out.read_text())
     assert data["summary"]["PASS"] == 12 and data["summary"]["FAIL"] == 0, data["checks"]
     assert all(c["figures"]["decode_exact"] for c in data["checks"])
+
+
+def test_toolchain_and_the_gloo_half_of_nccl_run_without_cuda(tmp_path):
+    """Parts 0 and 5 on the CPU: versions recorded, the GPU checks SKIP, the gloo all-reduce of a CPU
+    float64 tensor through a real 1-rank torch.distributed group PASSes."""
+    proc, data = _run(tmp_path, "--parts", "toolchain,nccl")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    checks = _by_name(data)
+    assert {name: c["status"] for name, c in checks.items()} == {
+        "0.toolchain.versions": "PASS", "0.toolchain.gpu": "SKIP", "5.nccl.gloo_cpu": "PASS", "5.nccl.cuda": "SKIP"}
+    assert checks["0.toolchain.versions"]["figures"]["torch"]
+    assert checks["5.nccl.gloo_cpu"]["figures"]["cpu_float64"] == "ok"
+    assert [c["name"][0] for c in data["checks"]] == ["0", "0", "5", "5"]  # most basic first
+    assert data["arch"] == "none" and set(data["expectations"]) == {"toolchain", "nccl", "triton", "rl", "vllm", "hf"}
+
+
+def test_first_hour_runs_every_part_most_basic_first(monkeypatch, tmp_path):
+    from rlx.bench import gpu
+
+    ran = []
+    for key in gpu.RUNNERS:
+        monkeypatch.setitem(gpu.RUNNERS, key, lambda args, rec, budget, key=key: ran.append((key, args.rl_rollouts)))
+    assert gpu.main(["--first-hour", "--parts", "triton", "--out", str(tmp_path / "x.json")]) == 0
+    assert [k for k, _ in ran] == ["0", "5", "2", "3", "1", "4"] and ran[0][1] == "hf,vllm"
+
+
+def test_rl_part_trains_in_bf16_where_the_tiny_model_pins_fp32():
+    """The composed config of part 3's command: trainer.dtype=bf16 overrides the tiny model's fp32 (which
+    would reach vLLM's fp16/bf16-only LoRA and FP4 kernels on a GPU)."""
+    from rlx.bench.gpu.rl_part import rl_command
+    from tests.conftest import compose
+
+    overrides = [a for a in rl_command("vllm", ROOT / "unused", [])[3:] if not a.startswith("hydra.")]
+    without = [a for a in overrides if not a.startswith("trainer.dtype=")]
+    assert compose(overrides).trainer.dtype == "bf16"
+    assert compose(without).trainer.dtype == "fp32"
+
+
+def test_the_vllm_log_lines_it_reads_are_the_installed_vllms():
+    """The script reads vLLM's chosen NVFP4 kernel and model runner from its log: each line it parses is
+    formatted here from the installed vLLM's own format string, and the kernel names from its classes."""
+    vllm = pytest.importorskip("vllm")
+    from rlx.bench.gpu.expect import EXPECTED_NVFP4_KERNEL, vllm_choices
+
+    root = Path(vllm.__file__).parent
+    selection = (root / "model_executor/kernels/linear/__init__.py").read_text()
+    chosen = re.search(r'logger\.info_once\("(Using %s for NVFP4 GEMM)"', selection).group(1)
+    refused = re.search(r'f"(Forced NVFP4 kernel) \{force_kernel.__name__\} is not "\s*f"(supported: )', selection)
+    a16_kernels = re.search(r"a16_kernels = \(([^)]*)\)", selection).group(1)  # vLLM's weight-only NVFP4 kernels
+    for kernel in {k for ks in EXPECTED_NVFP4_KERNEL.values() for k in ks}:
+        assert re.search(rf"\b{kernel},", a16_kernels), kernel
+        log = f"INFO 12-05 12:00:00 [__init__.py:1196] {chosen % kernel}\nother line"
+        assert vllm_choices(log)["nvfp4_kernel"] == kernel
+    line = f"{refused.group(1)} MarlinNvFp4LinearKernel is not {refused.group(2)}Marlin FP4 not available"
+    assert vllm_choices(line)["nvfp4_refused"] == "MarlinNvFp4LinearKernel: Marlin FP4 not available"
+    worker = (root / "v1/worker/gpu_worker.py").read_text()
+    v2 = re.search(r'logger\.info_once\("(Using V2 Model Runner)"\)', worker).group(1)
+    assert vllm_choices(f"INFO x {v2}")["model_runner"] == "V2"
+    config = (root / "config/vllm.py").read_text()
+    fallback = re.search(r'"(Model Runner V2 requires Triton; using the V1 model runner instead\.)"', config).group(1)
+    assert vllm_choices(f"WARNING {fallback}") == {**vllm_choices(""), "model_runner_why": "log: Model Runner V2 requires Triton"}
+    assert vllm_choices("")["model_runner"] == "V1"

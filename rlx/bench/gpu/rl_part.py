@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from rlx.run import records as rlx_runs
+from rlx.bench.gpu.expect import vllm_choices
 from rlx.bench.gpu.common import Budget, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _free_cuda, _sync, _tail, build_random_qwen2
 
 # ----------------------------------------------------------------------------------------------
@@ -24,6 +25,7 @@ TAIL_KEYS = ("step", "val/acc", "rollout/logprob_diff/mean", "timing_s/step", "t
 def rl_command(rollout: str, run_dir: Path, extra: list[str], device: str = "cuda") -> list[str]:
     return [
         sys.executable, "-m", "rlx.train", f"rollout={rollout}", "quant=nvfp4", f"trainer.device={device}",
+        "trainer.dtype=bf16",  # vLLM's LoRA and FP4 GPU kernels take fp16/bf16; the tiny model pins fp32
         "train.steps=5", "train.eval_every=5", "train.ckpt_every=5", "logger.mode=disabled",
         "train.progress=false", f"hydra.run.dir={run_dir}", *extra,
     ]
@@ -90,6 +92,8 @@ def part_rl(args, rec: Recorder, budget: Budget) -> None:
                 "metrics_last": rows[-1] if rows else None,
                 "stdout_tail": _tail(out, 800),
             }
+            if r == "vllm":  # what the engine inside the run chose, from vLLM's log lines
+                figures.update(vllm_choices(f"{out}\n{err}"))
             ok = rc == 0 and figures["val/acc"] is not None and (figures["last_step"] or 0) >= 5
             if ok:
                 rec.passed(name, figures)

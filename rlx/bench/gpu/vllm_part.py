@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlx.bench.gpu.expect import EXPECTED_NVFP4_KERNEL, arch_of, kernel_as_expected, ratio_expectation, vllm_choices
 from rlx.bench.gpu.common import Budget, ENGINE_TAG, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _dir_bytes, _free_cuda, _sync, _tail, build_random_qwen2
 
 # ----------------------------------------------------------------------------------------------
@@ -92,8 +93,16 @@ def _run_engine(spec: dict, budget: Budget, timeout_s: float) -> tuple[dict | No
         return None, f"timed out after {e.timeout:.0f} s; stderr tail: {_tail(err or out)}"
     for line in proc.stdout.splitlines():
         if line.startswith(ENGINE_TAG):
-            return json.loads(line[len(ENGINE_TAG):]), ""
-    return None, f"exit {proc.returncode}; stderr tail: {_tail(proc.stderr or proc.stdout)}"
+            return {**json.loads(line[len(ENGINE_TAG):]), **vllm_choices(f"{proc.stdout}\n{proc.stderr}")}, ""
+    refused = vllm_choices(f"{proc.stdout}\n{proc.stderr}")["nvfp4_refused"]
+    return None, (f"NVFP4 kernel refused: {refused}; " if refused else "") + \
+        f"exit {proc.returncode}; stderr tail: {_tail(proc.stderr or proc.stdout)}"
+
+
+def _arch(device: str) -> str:
+    import torch
+
+    return arch_of(torch.cuda.get_device_capability() if device == "cuda" else None)
 
 
 def _checkpoints(shape: dict, device: str, tmp: Path, rec: Recorder) -> tuple[Path, Path]:
@@ -153,7 +162,11 @@ def _engine_part(fmt: str, path: Path, device: str, shape: dict, batches: list[i
     if result is None:
         rec.failed(f"1.vllm.{fmt}", {"child_s": child_s}, reason=error)
         return
-    common = {k: result[k] for k in ("import_s", "init_s", "warmup_s", "mode")}
+    common = {k: result[k] for k in ("import_s", "init_s", "warmup_s", "mode", "model_runner", "model_runner_why")}
+    if fmt == "nvfp4":
+        common["nvfp4_kernel"] = result["nvfp4_kernel"]
+        common["kernel_as_expected"] = kernel_as_expected(_arch(device), result["nvfp4_kernel"])
+        common["expected_kernels"] = list(EXPECTED_NVFP4_KERNEL.get(_arch(device), EXPECTED_NVFP4_KERNEL["other"]))
     for r in result["results"]:
         expected = r["batch"] * args.new_tokens
         figures = {"tokens_per_s": r["tokens_per_s"], "per_seq_tokens_per_s": r["tokens_per_s"] / r["batch"],
@@ -188,8 +201,9 @@ def part_vllm(args, rec: Recorder, budget: Budget) -> None:
         for fmt, path in (("bf16", bf16_dir), ("nvfp4", nvfp4_dir)):
             _engine_part(fmt, path, device, shape, batches, args, rec, budget, tps)
         for b in batches:
-            if ("bf16", b) in tps and ("nvfp4", b) in tps:
+            if ("bf16", b) in tps and ("nvfp4", b) in tps:  # measured beside expected: recorded, not judged
                 rec.passed(f"1.vllm.ratio.b{b}", {"nvfp4_over_bf16": tps[("nvfp4", b)] / tps[("bf16", b)],
-                                                  "bf16_tok_s": tps[("bf16", b)], "nvfp4_tok_s": tps[("nvfp4", b)]})
+                                                  "bf16_tok_s": tps[("bf16", b)], "nvfp4_tok_s": tps[("nvfp4", b)],
+                                                  **ratio_expectation(_arch(device), b)})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
