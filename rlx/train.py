@@ -111,10 +111,8 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     check_fits(cfg, task)  # the tiny model's context holds prompt + completion (needs the task's prompts)
     check_env(cfg, task)  # ... and an environment's instructions and episode budget
     task.set_seed(cfg.seed)
-    for turn in ((0, 1) if world.distributed else (0,)):  # rank 0 builds (and caches) the SFT base first
-        if (turn == 0) == world.is_main:
-            policy, tok = build_policy(cfg, task, _log, trainer.device)
-        world.barrier()
+    # rank 0 builds (and caches) the SFT base first; the others wait as long as a build takes, then load it
+    policy, tok = dist.main_first(world, lambda: build_policy(cfg, task, _log, trainer.device))
     seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
     ref_policy = reference_policy(cfg, policy)  # of the base as built: before a checkpoint is loaded
     # the newest intact checkpoint's adapter, loaded into the whole module (before FSDP shards it); the

@@ -150,6 +150,30 @@ def init(trainer_cfg) -> World:
     return World(dist.get_rank(), dist.get_world_size(), local_rank)
 
 
+# how long the other ranks wait for rank 0 to build the policy (`main_first`): an SFT stage on a cache miss,
+# a base loaded and quantized on the CPU, may take hours; a rank 0 that fails ends them at once (torchrun)
+BUILD_TIMEOUT_S = 24 * 3600.0
+
+
+def main_first(world: World, build, timeout_s: float = BUILD_TIMEOUT_S):
+    """`build()` on rank 0, then on the other ranks (which find what rank 0 cached: the SFT base, a converted
+    model), each rank's result returned. The waits run on a gloo group of their own whose timeout is
+    `timeout_s`, not `trainer.dist_timeout_s`: a collective's timeout would end the waiting ranks while rank 0
+    still builds."""
+    if not world.distributed:
+        return build()
+    wait = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    try:
+        out = build() if world.is_main else None
+        dist.barrier(group=wait)
+        if not world.is_main:
+            out = build()
+        dist.barrier(group=wait)  # every rank built: the run's own collectives (and their timeout) start
+    finally:
+        dist.destroy_process_group(wait)
+    return out
+
+
 def join(trainer_cfg, run_dir):
     """init(), and the run directory every rank uses: rank 0's. (Each rank's Hydra named one from its own
     clock; the others', left empty, are removed.) Ranks other than 0 log only warnings and errors."""

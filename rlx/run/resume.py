@@ -10,7 +10,6 @@ rlx.run.checkpoint (atomic, verified); under torchrun rank 0 writes and every ra
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +168,7 @@ def finished_before(cfg, run_dir: Path) -> dict | None:
         return None
     changed = config_changes(summary["config"], cfg)
     if changed and all(c.startswith("trainer.dtype:") for c in changed):  # the same run, moved to another kind of machine
-        restore_recorded_config(run_dir, summary["config"], dist.World(rank=int(os.environ.get("RANK", "0"))))
+        restore_recorded_config(run_dir, summary["config"], dist.World(rank=dist.env_rank()))  # torchrun's or SLURM's
         raise ValueError(dtype_refusal(f"{path} (a finished run)", summary["config"], cfg, summary.get("dtype"), []))
     return summary if not changed else None
 

@@ -99,6 +99,42 @@ def test_two_ranks_ddp_train_what_one_process_trains(one_process, ddp_run):
     assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]  # keep_last 2
 
 
+def _two_nodes(run_dir: Path, *extra: str, timeout: float = 400) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents, `--nnodes 2 --node_rank 0/1`, one rank each, meeting on 127.0.0.1: a two-node job
+    on one machine, where both ranks have LOCAL_RANK 0 (and LOCAL_WORLD_SIZE 1) and only RANK tells them apart."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+             f"--master_port={port}"]
+    procs = [subprocess.Popen(agent + [f"--node_rank={node}", "-m", "rlx.train", *ARGS, f"hydra.run.dir={run_dir}", *extra],
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in (0, 1)]
+    try:
+        outs = [subprocess.CompletedProcess(p.args, 0, *p.communicate(timeout=timeout)) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, out in zip(procs, outs):
+        out.returncode = p.returncode
+        assert p.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
+    return outs
+
+
+def test_two_nodes_of_one_rank_each_train_what_one_process_trains(one_process, tmp_path):
+    d = tmp_path / "nodes"
+    _two_nodes(d, f"train.steps={STEPS}")
+    rows = _rows(d)
+    assert [r["step"] for r in rows] == list(range(STEPS + 1))  # rank 0 alone wrote, each step once
+    assert_same_run(one_process, rows, range(STEPS + 1))
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["world_size"] == 2
+    assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]
+    assert (d / "train.log").read_text().count("[done]") == 1  # one console: node 1's rank is not a rank 0
+
+
 def test_fsdp_matches_one_process_and_resumes_from_whole_tensors(one_process, tmp_path):
     d = tmp_path / "fsdp"
     _run(2, d, "train.steps=4", "trainer.strategy=fsdp")
