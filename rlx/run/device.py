@@ -47,12 +47,13 @@ class DeviceSpec:
         return self.world_size
 
 
+STRATEGIES = ("ddp", "fsdp")  # trainer.strategy (rlx.run.distributed.DataParallel)
+
+
 def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
     """The DeviceSpec for a `trainer` config; raises ValueError naming the key before any work. Under
     torchrun each rank computes on its own device: cuda means cuda:LOCAL_RANK."""
     dev = rank_device(cfg.device, world_size, local_rank)
-    from rlx.run.distributed import STRATEGIES
-
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not one of {list(STRATEGIES)}")
     if cfg.dist_timeout_s <= 0:

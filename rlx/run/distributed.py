@@ -29,7 +29,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-STRATEGIES = ("ddp", "fsdp")
+from rlx.run.device import STRATEGIES, rank_device  # noqa: F401  (STRATEGIES: re-exported)
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,6 @@ def process_device(trainer_cfg) -> torch.device:
     """The device this process computes on, as the launcher's variables (torchrun's or SLURM's) place it: the
     rule `rlx.run.device.resolve` applies (one GPU per rank, cuda:LOCAL_RANK), so the current CUDA device
     init sets is the one the model, DDP and the engine use."""
-    from rlx.run.device import rank_device
-
     return rank_device(trainer_cfg.device, launched_world_size(), env_local_rank())
 
 
