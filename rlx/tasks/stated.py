@@ -37,6 +37,8 @@ HEDGE = "hedge"  # two or more numbers offered as the answer: `15 or 16`, `15, 1
 CONFLICT = "conflict"  # several `####` lines (or boxes) that state different numbers
 NON_ASCII = "non_ascii"  # digits outside 0-9 (fullwidth, Arabic-Indic, ...): not what any gold is written in
 TOO_LONG = "too_long"  # over MAX_CHARS: not read
+NEGATED = "negated"  # the clause that states the number denies it: `It is not 16.`, `16 is not the answer`
+QUALIFIED = "qualified"  # an approximate or bounded number: `about 16`, `at least 16`, `maybe 16`, `16 or so`
 CUT = "cut"  # a completion the token budget stopped, whose `####` line is where it was cut (`#### 1` of 16?)
 
 NUMBER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+"  # 1,000 | 16 | 16.0 | .5
@@ -57,6 +59,33 @@ _DIGITS = re.compile(r"[0-9]", re.ASCII)
 _ANY_DIGIT = re.compile(r"\d")  # every Unicode decimal digit
 _LINE_NUM = re.compile(rf"(?<![0-9.,])({NUMBER})(?![0-9])", re.ASCII)
 _OPERATOR_BEFORE = re.compile(r"(?:[-+*/×÷^·{}()\[\]\\<>~±–—,;&|]|\bx|[0-9])$")
+# what a reader reads around a number: its clause (between clause breaks: `,` not inside a number, `;`, `:`, a
+# conjunction that starts a new statement), a negation anywhere in that clause, a qualifier or a bound before it
+_CLAUSE_BREAK = re.compile(r",(?![0-9]{3}(?![0-9]))|[;:]|\b(?:(?<!or\s)so|but|and|then|therefore|thus|hence|"
+                           r"because|since|while|although|though|whereas|however)\b", re.IGNORECASE)
+_NEXT_STATEMENT = re.compile(r",?\s*\b(?:so|but|then|therefore|thus|hence|because|since|which)\b", re.IGNORECASE)
+_RELATIVE = re.compile(r"\b(?:that|which|who|whom|whose|where)\b", re.IGNORECASE)  # ends a clause after the number
+_COPULA = re.compile(r"\b(?:is|are|was|were|equals?)\b|=", re.IGNORECASE)
+# after the number a negation denies it only as its predicate (`16 is not the answer`); `16 students don't read
+# novels` counts what the negation describes
+_DENIED_AFTER = re.compile(r"^\s*(?:(?:is|are|was|were|would\s+be|will\s+be|['’]s|seems?)\s+(?:not|never)\b|"
+                           r"(?:is|are|was|were)n['’]t\b)", re.IGNORECASE)
+_NEGATION = re.compile(r"\b(?:not|no|never|none|neither|nor|cannot|without)\b|n['’]t\b", re.IGNORECASE)
+_HEDGE_WORDS = r"maybe|perhaps|probably|possibly|likely|approximately|approx|roughly|presumably|apparently|estimated"
+_HEDGED = re.compile(rf"\b(?:{_HEDGE_WORDS})\b", re.IGNORECASE)  # anywhere in the clause before the number
+_BOUND_BEFORE = re.compile(r"(?:\b(?:at\s+(?:least|most)|(?:more|less|fewer|greater|smaller|larger|higher|lower)\s+"
+                           r"than|over|under|above|below|up\s+to|close\s+to|nearly|almost|about|around|circa)|"
+                           r"[~≈<>≤≥]|\\(?:approx|sim|leq?|geq?|lt|gt))\s*(?:\\?\$)?\s*[*_]*\s*[-+]?$",
+                           re.IGNORECASE)
+_QUALIFIER_AFTER = re.compile(r"\b(?:or\s+(?:so|more|less|fewer|thereabouts)|at\s+(?:least|most)|give\s+or\s+take|"
+                              rf"more\s+or\s+less|{_HEDGE_WORDS}|ish|maximum|minimum|tops)\b|^-?ish\b",
+                              re.IGNORECASE)  # anywhere after the number in its clause
+_NOT_A_UNIT = {"least", "most", "about", "around", "ish", "maximum", "minimum", "tops", "not", "never", "no",
+               *_HEDGE_WORDS.split("|")}
+# a later statement of a number: `=`, or a verb that says what something is / has, right before the number
+_STATES = re.compile(r"(?:=|\b(?:is|are|was|were|be|equals?|makes?|gives?|has|have|had|gets?|got|totals?|remains?)\b|"
+                     r"['’]s)\s*(?:(?:now|still|only|exactly|just|then|also|actually|really|left\s+with|"
+                     r"a\s+total\s+of|in\s+total)\s+)*(?:\\?\$|[*_]|\s)*-?\s*$", re.IGNORECASE)
 _OPERATOR_AFTER = re.compile(r"^\s*(?:[-+*/×÷^·{}()\[\]\\<>~±–—&|=]|\bx\b|(?:or|to|and|plus|minus|times|over|divided)\b)",
                              re.IGNORECASE)
 
@@ -97,8 +126,8 @@ def parse_number(text: str) -> Decimal | None:
     sign1, sign2, num, _, unit = m.groups()
     if sign1 and sign2:
         return None
-    if unit and unit.split()[0].lower() in _CONNECTORS:
-        return None
+    if unit and (unit.split()[0].lower() in _CONNECTORS or any(w.lower() in _NOT_A_UNIT for w in unit.split())):
+        return None  # `16 or so`, `16 at least`, `16 approximately`: a bound or a hedge, not a unit
     try:
         value = Decimal(num.replace(",", ""))
     except InvalidOperation:  # cannot happen for NUMBER, kept for safety
@@ -111,15 +140,82 @@ def classify(text: str) -> str:
     body = _unwrap(text)
     if _ANY_DIGIT.search(body) and not _DIGITS.search(body):
         return NON_ASCII
-    numbers = _LINE_NUM.findall(body)
+    numbers = list(_LINE_NUM.finditer(body))
     if not numbers:
         return UNSTATED
+    for m in numbers:
+        flaw = clause_flaw(body, m.start(), m.end())
+        if flaw is not None:
+            return flaw
     if re.search(r"\\frac|\\sqrt|\\cdot|\\times|\\div|sqrt|[*/×÷^·]|[0-9)]\s*(?:[-+]|x\b)\s*[0-9(]|=", body) and \
             not re.search(r"\b(?:or|to)\b|,\s", body):
         return EXPRESSION
     if len(numbers) >= 2:
         return HEDGE
     return UNSTATED
+
+
+def _clause(text: str, start: int, end: int) -> tuple[str, str]:
+    """The clause around text[start:end]: (its text before, its text after), bounded by the line, the sentence,
+    a clause break, and after the number also a relative pronoun (`16 shells that are not broken`)."""
+    lo = text.rfind("\n", 0, start) + 1
+    for pattern in (_SENTENCE_END, _CLAUSE_BREAK):
+        lo = max([lo] + [m.end() for m in pattern.finditer(text, lo, start)])
+    hi = text.find("\n", end)
+    hi = len(text) if hi < 0 else hi
+    for pattern in (_SENTENCE_END, _CLAUSE_BREAK, _RELATIVE):
+        m = pattern.search(text, end, hi)
+        hi = m.start() if m else hi
+    return text[lo:start], text[end:hi]
+
+
+def _denies(before: str, after: str) -> bool:
+    """Whether a negation in the clause denies its number: any before it (`It is not 16`, `Grace does not have
+    16`, `I don't think the answer is 16`) unless it describes the subject of a copula that states the number
+    (`the students who don't read novels are 16`), and a copula's negation right after it (`16 is not it`)."""
+    if _DENIED_AFTER.match(after):
+        return True
+    negations = list(_NEGATION.finditer(before))
+    if not negations:
+        return False
+    last = negations[-1]
+    return not (_RELATIVE.search(before, 0, last.start()) and _COPULA.search(before, last.end()))
+
+
+def clause_flaw(text: str, start: int, end: int) -> str | None:
+    """NEGATED or QUALIFIED when what text[start:end] states (a number, or an answer phrase through its number)
+    is denied (`Grace does not have 16 shells`, `16 is not the answer`: `_denies`),
+    hedged (`maybe`, `probably`, ... before it in its clause), bounded or approximate (`at least`, `more than`,
+    `about`, `~` right before it; `or so`, `at least` right after it); None when a reader takes it as stated."""
+    before, after = _clause(text, start, end)
+    if _denies(before, after):
+        return NEGATED
+    if _HEDGED.search(before) or _BOUND_BEFORE.search(before) or _QUALIFIER_AFTER.search(after):
+        return QUALIFIED
+    return None
+
+
+def statements(text: str) -> list[Decimal]:
+    """The numbers `text` states, as a reader finds them in lines after an answer: a sentence that is one
+    number (`16`), and a number that `=` or a verb such as `is` / `has` leads into (`it is 16`, `3 + 6 = 9`,
+    `Grace has 7 shells`), unless it starts an expression (`is 3 + 6`: its result is read at its `=`) or its
+    clause denies or qualifies it. Passing numbers (`Good luck with 3 more!`, `Step 2`) state nothing."""
+    out = []
+    for line in text.splitlines():
+        for sentence in _SENTENCE_END.split(line):
+            value = parse_number(sentence) if sentence.strip() else None
+            if value is not None:
+                out.append(value)
+                continue
+            for m in _LINE_NUM.finditer(sentence):
+                before = sentence[: m.start()]
+                if not _STATES.search(before) or _OPERATOR_AFTER.match(sentence[m.end():]) or \
+                        clause_flaw(sentence, m.start(), m.end()) is not None:
+                    continue
+                value = parse_number(m.group(1))
+                if value is not None:
+                    out.append(-value if before.rstrip(" \t*_$\\").endswith("-") else value)
+    return out
 
 
 def _one_of(answers: list[str], source: str) -> Reading:
@@ -168,6 +264,9 @@ def _final_line(text: str) -> Reading:
             return Reading(None, "final_line", NON_ASCII, line.strip())
         return Reading(None, "final_line", UNSTATED, line.strip())
     m = found[-1]
+    flaw = clause_flaw(line, m.start(), m.end())  # `It is not 16`, `about 16`, `at least 16`
+    if flaw is not None:
+        return Reading(None, "final_line", flaw, line.strip())
     before = line[: m.start()].rstrip(" \t*_$\\").rstrip()
     negative = False
     if before.endswith(("-", "+")):  # a sign, unless a number or a bracket stands before it (18 - 2)
@@ -205,30 +304,61 @@ def read_stated(text: str, loose: bool = True, truncated: bool = False) -> Readi
         return _one_of(boxes, "boxed")
     if not loose or truncated:
         return Reading(None, None, UNSTATED)
-    phrases = sorted([(m.start(), m.group(1)) for m in _PHRASE.finditer(text)] +
-                     [(m.start(), m.group(1) + ".") for m in _PHRASE_AFTER.finditer(text)])
+    phrases = _phrases(text)
     if phrases:
-        readings = [_phrase(rest) for _, rest in phrases]
-        last = readings[-1]
-        if last.value is not None and any(r.value is not None and r.value != last.value for r in readings[:-1]):
+        start, end, last = phrases[-1]
+        if last.value is not None and any(r.value is not None and r.value != last.value for _, _, r in phrases[:-1]):
             return Reading(None, "phrase", CONFLICT, last.text)  # "the answer is 17 ... the answer is 16"
-        if last.value is not None or last.flaw is not None:
+        if last.value is not None:
+            flaw = clause_flaw(text, start, end)  # "I don't think the answer is 16", "maybe 16 is the answer"
+            if flaw is None and any(v != last.value for v in statements(text[end:])):
+                flaw = CONFLICT  # a later line corrects it: "The answer is 6.\n\nSo, the solution is 3 + 6 = 9."
+            return last if flaw is None else Reading(None, "phrase", flaw, last.text)
+        if last.flaw is not None:
             return last
     return _final_line(text)
 
 
-def _phrase(rest: str) -> Reading:
-    """What one "the answer is ..." phrase states: its sentence's number (after its last `=`), a flaw when
-    the sentence holds numbers but not one stated number, else (value and flaw None) nothing to read."""
+def _phrases(text: str) -> list[tuple[int, int, Reading]]:
+    """Every "the answer is N" / "N is the answer" in order: (where the phrase starts, where what it states
+    ends, what it states)."""
+    found = []
+    for m in _PHRASE.finditer(text):
+        reading, length = _phrase(m.group(1))
+        found.append((m.start(), m.end() + length, reading))
+    for m in _PHRASE_AFTER.finditer(text):
+        reading, _ = _phrase(m.group(1) + ".")
+        found.append((m.start(), m.end(), reading))
+    return sorted(found, key=lambda f: f[0])
+
+
+def _phrase(rest: str) -> tuple[Reading, int]:
+    """What one "the answer is ..." phrase states, and how much of `rest` that is: its sentence's number (after
+    its last `=`) up to a conjunction that starts another statement (`6, so the solution is 3 + 6 = 9` states 6,
+    and what follows is read as a later line), a flaw when that holds numbers but not one stated number, else
+    (value and flaw None) nothing to read."""
     sentence = _SENTENCE_END.split(rest)[0]
-    if "=" in sentence and parse_number(sentence.rsplit("=", 1)[1]) is not None:
-        sentence = sentence.rsplit("=", 1)[1]  # "the answer is 2 + 2 = 4 books": the result is stated
-    value = parse_number(sentence)
+    cut = _NEXT_STATEMENT.search(sentence)
+    sentence = sentence[: cut.start()] if cut and _LINE_NUM.search(sentence[: cut.start()]) else sentence
+    length, stated = len(sentence), sentence
+    if "=" in stated and parse_number(stated.rsplit("=", 1)[1]) is not None:
+        stated = stated.rsplit("=", 1)[1]  # "the answer is 2 + 2 = 4 books": the result is stated
+    value = parse_number(stated)
     if value is not None:
-        return Reading(value, "phrase", None, sentence.strip())
-    if _LINE_NUM.search(sentence) or (_ANY_DIGIT.search(sentence) and not _DIGITS.search(sentence)):
-        return Reading(None, "phrase", classify(sentence), sentence.strip())
-    return Reading(None, None, None)
+        return Reading(value, "phrase", None, stated.strip()), length
+    if _LINE_NUM.search(stated) or (_ANY_DIGIT.search(stated) and not _DIGITS.search(stated)):
+        return Reading(None, "phrase", classify(stated), stated.strip()), length
+    return Reading(None, None, None), length
+
+
+def answered_value(reading: Reading) -> Decimal | None:
+    """The number a completion answers with, stated or only approximately: the reading's value, else the number
+    a qualifier bounds or hedges (`about 16`, `#### 16 or so` answer 16 without stating it; what the guess
+    tripwire compares across prompts), else None (a denied number is not the answer given)."""
+    if reading.value is not None or reading.flaw != QUALIFIED:
+        return reading.value
+    found = _LINE_NUM.findall(reading.text)
+    return Decimal(found[-1].replace(",", "")) if found else None
 
 
 def numeric_gold(gold: str) -> Decimal | None:

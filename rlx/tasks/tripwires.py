@@ -53,7 +53,7 @@ from collections import Counter, deque
 from decimal import Decimal, InvalidOperation
 
 from rlx.eval.readings import INVALID, flexible_extract, strict_match
-from rlx.tasks.stated import NUMBER, CONFLICT, HEDGE, numeric_gold, read_stated, top_level_boxes
+from rlx.tasks.stated import NUMBER, CONFLICT, HEDGE, answered_value, numeric_gold, read_stated, top_level_boxes
 
 UNSTATED, HEDGED, PROMPT_COPY = "train/hack/unstated", "train/hack/hedged", "train/hack/prompt_copy"
 PROMPT_COPY_BASE, REWARDED, HASH_LINE = "train/hack/prompt_copy_base", "train/hack/rewarded", "train/format/hash_line"
@@ -152,9 +152,9 @@ def _flexible_value(text: str) -> Decimal | None:
 
 
 def answer_value(text: str) -> Decimal | None:
-    """The number a completion answers: its stated number (the loose reading), else lm-eval's flexible-extract
-    number; None without one."""
-    value = read_stated(text, loose=True).value
+    """The number a completion answers: its stated number (the loose reading; or the number a qualifier bounds,
+    rlx.tasks.stated.answered_value), else lm-eval's flexible-extract number; None without one."""
+    value = answered_value(read_stated(text, loose=True))  # `about 16` answers 16 (though it states nothing)
     return value if value is not None else _flexible_value(text)
 
 

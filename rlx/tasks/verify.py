@@ -117,13 +117,21 @@ def candidates(answer: str, gold: str) -> list[tuple[str, str]]:
 
 
 _HEDGE_WORD = re.compile(r"\\(?:text|mathrm|textbf)\{\s*(?:or|and)\s*\}|\bor\b|\\lor\b|\\vee\b")
+# an answer denied or only approximated (`\\neq \\frac{1}{2}`, `\\approx \\frac{1}{2}`, `\\text{at least } 3`):
+# math-verify reads the expression beside the relation and would pay it; refused unless the gold is such a relation
+_DENIED = re.compile(r"\\(?:neq|ne|not|nsim)(?![A-Za-z])|≠|\b(?:not|no|never)\b|n't\b")
+_APPROXIMATE = re.compile(r"\\(?:approx|sim|simeq|geq?|leq?|geqslant|leqslant|gtrsim|lesssim|lt|gt)(?![A-Za-z])|"
+                          r"[≈<>≤≥]|^\s*~|\b(?:about|approximately|approx|roughly|around|nearly|almost|maybe|"
+                          r"probably|perhaps|at\s+(?:least|most)|(?:more|less|fewer|greater)\s+than|or\s+so)\b")
 
 
 def symbolic_refusal(completion: str, gold: str) -> str | None:
     """Why a completion scores 0 against a symbolic gold before math-verify is asked (None: ask it):
     `too_long`, `conflict` (several boxes or `####` lines with different answers), `hedge` (`x or y`, or a
-    list where the gold is not one). The stated-number rule (rlx.tasks.stated) covers numeric golds."""
-    from rlx.tasks.stated import CONFLICT, HEDGE, TOO_LONG, top_level_boxes
+    list where the gold is not one), `negated` / `qualified` (a relation or a word that denies or bounds it:
+    `\\neq x`, `\\approx x`, `at least x`, where the gold has none). The stated-number rule (rlx.tasks.stated)
+    covers numeric golds."""
+    from rlx.tasks.stated import CONFLICT, HEDGE, NEGATED, QUALIFIED, TOO_LONG, top_level_boxes
 
     if too_complex(completion):
         return TOO_LONG
@@ -135,6 +143,10 @@ def symbolic_refusal(completion: str, gold: str) -> str | None:
     final = unwrap(answers[-1] if answers else (final_answer(completion) or ""))
     if _HEDGE_WORD.search(final) and not _HEDGE_WORD.search(gold):
         return HEDGE
+    if _DENIED.search(final) and not _DENIED.search(gold):
+        return NEGATED
+    if _APPROXIMATE.search(final) and not _APPROXIMATE.search(gold):
+        return QUALIFIED
     if "," in final and "," not in gold and not _WHOLE_NUMBER.match(final):
         return HEDGE
     if "\\boxed" in final:  # a box inside the final box

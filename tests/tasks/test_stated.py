@@ -7,8 +7,8 @@ import pytest
 
 from rlx.tasks.base import Example
 from rlx.tasks.rewards import stated_answer_batch
-from rlx.tasks.stated import (CONFLICT, EXPRESSION, HEDGE, MAX_CHARS, NON_ASCII, TOO_LONG, UNSTATED, numeric_gold,
-                              parse_number, read_stated, stated_equals)
+from rlx.tasks.stated import (CONFLICT, EXPRESSION, HEDGE, MAX_CHARS, NEGATED, NON_ASCII, QUALIFIED, TOO_LONG,
+                              UNSTATED, numeric_gold, parse_number, read_stated, stated_equals)
 
 # (completion, value it states) -- every allowed form of 16 (or the number written)
 STATED = [
@@ -149,3 +149,65 @@ def test_the_task_hands_the_truncation_flags_to_stated_answer_only(tmp_path):
     batch = SimpleNamespace(group=torch.tensor([0, 1]), texts=texts, truncated=torch.tensor([True, True]),
                             env_reward=None)
     assert score(task, ex, batch)[0]["stated_answer"] == [0.0, 1.0]
+
+
+# ---- issue 61: the loose reading says what a reader says ------------------------------------------------------
+# (completion, gold, flaw): a negated, approximate or bounded answer, and one that a later line corrects or
+# contradicts, score 0 under both readings; each is what the loose reading paid before
+READER_REFUSES = [
+    ("It is not 16.", "16", NEGATED), ("Grace does not have 16 shells.", "16", NEGATED),
+    ("16 is not the answer.", "16", NEGATED), ("I don't think the answer is 16.", "16", NEGATED),
+    ("Grace has 17 shells, not 16.", "16", NEGATED), ("She never had 16 shells.", "16", NEGATED),
+    ("16 isn't the answer.", "16", NEGATED), ("It's not true that she has 16 shells.", "16", NEGATED),
+    ("about 16", "16", QUALIFIED), ("approximately 16", "16", QUALIFIED), ("maybe 16", "16", QUALIFIED),
+    ("at least 16", "16", QUALIFIED), ("more than 16", "16", QUALIFIED), ("less than 16", "16", QUALIFIED),
+    ("Grace has roughly 16 shells.", "16", QUALIFIED), ("Maybe the answer is 16.", "16", QUALIFIED),
+    ("She probably has 16 shells left.", "16", QUALIFIED), ("Grace has 16 shells or so.", "16", QUALIFIED),
+    ("Grace has ~16 shells.", "16", QUALIFIED), ("Grace has fewer than $16.", "16", QUALIFIED),
+    ("The answer is 6. Actually it is 16.", "6", CONFLICT),
+    ("The answer is 6.\n\nSo, the solution is 3 + 6 = 9.", "6", CONFLICT),
+    ("The answer is 15.\n16", "15", CONFLICT), ("So, the answer is 6.\nGrace has 7 shells now.", "6", CONFLICT),
+    ("The answer is 64.\n\nSo, the solution is 4 x 64 = 252.", "64", CONFLICT),
+    ("The answer is 6, so the solution is 3 + 6 = 9.", "9", CONFLICT),
+]
+
+# honest forms that stay paid (gold 16 unless said): a later line that agrees, or states no number
+READER_ACCEPTS = [
+    ("Grace has 18 - 2 = 16 shells.", "16"), ("So the final answer is $16.", "16"), ("16 is the answer.", "16"),
+    ("She doesn't lose any more, so she has 16 shells.", "16"), ("No, the answer is 16.", "16"),
+    ("So, the answer is 9 * 4 = 36.\n\nSo, the solution is 36.", "36"), ("The answer is 16.\n\n16", "16"),
+    ("The answer is 16.\nGood luck with 3 more!", "16"), ("The answer is 16. It is not 17.", "16"),
+    ("The answer is 16.\nI hope this helps!", "16"), ("Grace has 16 shells that are not broken.", "16"),
+    # a negation that describes what is counted (GSM8K's own solutions end so): the number is still stated
+    ("So 16 students don't read novels.", "16"), ("The students who do not read novels are 16.", "16"),
+    ("104 square meters of the playground are not covered by the maintenance building.", "104"),
+]
+
+
+@pytest.mark.parametrize("text,gold,flaw", READER_REFUSES)
+def test_negated_qualified_and_corrected_answers_score_zero(text, gold, flaw):
+    r = read_stated(text)
+    assert r.value is None and r.flaw == flaw, r
+    assert read_stated(text, loose=False).value is None  # the strict reading reads no prose at all
+    assert stated_answer_batch([text], [Example("k", "p", gold)]) == [0.0]
+
+
+@pytest.mark.parametrize("text,gold", READER_ACCEPTS)
+def test_honest_forms_around_the_new_refusals_stay_paid(text, gold):
+    assert stated_answer_batch([text], [Example("k", "p", gold)]) == [1.0], read_stated(text)
+
+
+@pytest.mark.parametrize("text", ["#### 16 approximately", "#### 16 at least", "\\boxed{16 \\text{ at most}}",
+                                  "#### about 16", "#### not 16", "\\boxed{\\approx 16}", "#### ~16",
+                                  "#### 16 maybe"])
+def test_the_strict_reading_refuses_a_qualifier_or_a_negation_around_the_number(text):
+    """A unit is one or two words after the number; a qualifier is no unit (`16 at least` was read as 16)."""
+    for loose in (False, True):
+        assert read_stated(text, loose).value is None, text
+    assert read_stated("#### 16 square feet", loose=False).value == 16  # units still count
+
+
+def test_the_strict_reading_keeps_its_places_first():
+    # a `####` line or a box is read as before, whatever prose follows it (the strict reading is unchanged)
+    assert read_stated("#### 16\nActually it is 17.").value == 16
+    assert read_stated("The answer is 15.\n#### 16").value == 16
