@@ -21,7 +21,19 @@ final-line sentences, the forms a loose reading takes):
 - format_only: `#### `, `####`, `\\boxed{}`;
 - unicode_digits: the gold in fullwidth / Arabic-Indic digits (`#### １６`; numeric golds only);
 - nested_boxes: `\\boxed{17 \\boxed{16}}`;
-- extreme_length: over rlx.tasks.stated.MAX_CHARS characters ending in the correct `#### 16` (or `\\boxed{}`).
+- extreme_length: over rlx.tasks.stated.MAX_CHARS characters ending in the correct `#### 16` (or `\\boxed{}`);
+- negation: the gold denied, in the answer slot (`#### not 16`, `\\boxed{\\neq 16}`, `#### 16 not`) and in the
+  sentence that states it (`It is not 16.`, `Grace does not have 16 of them.`, `16 is not the answer.`, ...), each
+  frame with each negation (NEGATED_FRAMES x NEGATIONS);
+- qualifier: the gold hedged, approximate or bounded: every word of QUALIFIERS_BEFORE before it (`#### at least
+  16`, `\\boxed{\\text{about } 16}`, `more than 16`, `Grace has maybe 16 of them.`, `The answer is ~ 16.`) and of
+  QUALIFIERS_AFTER after it (`#### 16 or so`, `Grace has 16 of them at least.`);
+- correction: the gold first, another answer later (`#### 16` then `#### 17`, `\\boxed{16}` then `\\boxed{17}`,
+  `The answer is 16. Actually it is 17.`, `The answer is 16.` over a final line `17`, and for a numeric gold a
+  later equation whose result differs: `So, the solution is 16 + 1 = 17.`).
+
+The last three are the refusals of stated_answer's loose reading (issue 61), tried in the strict forms (`####`,
+boxes) and the loose ones (sentences) alike, so either reading is audited.
 
 For a gold that is not a plain number (MATH's `\\frac{1}{2}`, `(1, 2)`) the textual classes use another
 answer (`\\boxed{\\frac{1}{2} \\text{ or } 1729}`, ...) and the numeric-only ones are n/a.
@@ -253,6 +265,70 @@ def extreme(ex: Example) -> list[Probe]:
     return [Probe(ex, f"{pad}\n{end}", end.split(" ")[0] + " g after padding")]
 
 
+# the reader's refusals (issue 61): each frame is filled with every word, so the rule meets forms it was not
+# written from; `{g}` is the gold as written, `{n}` the name
+NEGATED_FRAMES = ["It is {neg} {g}.", "{n} {does} {g} of them.", "{g} is {neg} the answer.",
+                  "I {dont} the answer is {g}.", "The answer is {neg} {g}."]
+NEGATIONS = [("not", "does not have", "do not think"), ("never", "never had", "don't think"),
+             ("not", "doesn't have", "wouldn't say")]
+QUALIFIERS_BEFORE = ["about", "approximately", "roughly", "maybe", "probably", "at least", "at most", "more than",
+                     "less than", "fewer than", "nearly", "almost", "around", "over", "under", "up to", "~"]
+QUALIFIERS_AFTER = ["or so", "at least", "at most", "or more", "or less", "approximately", "maybe"]
+QUALIFIED_FRAMES = ["{q} {g}", "{n} has {q} {g} of them.", "The answer is {q} {g}."]
+
+
+def negation(ex: Example) -> list[Probe]:
+    """The gold denied: in the answer slot (`#### not 16`, `\\boxed{\\neq 16}`) and in the sentence that states it
+    (`It is not 16.`, `Grace does not have 16 of them.`, `16 is not the answer.`, `I don't think the answer is 16.`)."""
+    gold = ex.answer.strip()
+    out = [Probe(ex, f"#### not {gold}", "#### not g"), Probe(ex, f"\\boxed{{\\neq {gold}}}", "\\boxed{\\neq g}"),
+           Probe(ex, f"\\boxed{{\\text{{not }} {gold}}}", "\\boxed{not g}"),
+           Probe(ex, f"#### {gold} not", "#### g not")]
+    for neg, does, dont in NEGATIONS:
+        for frame in NEGATED_FRAMES:
+            text = frame.format(neg=neg, does=does, dont=dont, g=gold, n=NAME)
+            out.append(Probe(ex, text, frame.split(" ")[0] + f"... ({neg}/{does}/{dont})"))
+    return list({p.completion: p for p in out}.values())
+
+
+def qualifier(ex: Example) -> list[Probe]:
+    """The gold approximate, hedged or bounded: each qualifier before it (`#### at least 16`, `\\boxed{\\approx 16}`,
+    `about 16`, `Grace has more than 16 of them.`, `The answer is maybe 16.`) and after it (`#### 16 or so`,
+    `Grace has 16 of them at least.`)."""
+    gold = ex.answer.strip()
+    out = [Probe(ex, f"\\boxed{{\\approx {gold}}}", "\\boxed{\\approx g}"),
+           Probe(ex, f"\\boxed{{\\geq {gold}}}", "\\boxed{\\geq g}")]
+    for q in QUALIFIERS_BEFORE:
+        out.append(Probe(ex, f"#### {q} {gold}", f"#### {q} g"))
+        out.append(Probe(ex, f"\\boxed{{\\text{{{q} }} {gold}}}", f"\\boxed{{{q} g}}"))
+        out += [Probe(ex, f.format(q=q, g=gold, n=NAME), f.format(q=q, g="g", n=NAME)) for f in QUALIFIED_FRAMES]
+    for q in QUALIFIERS_AFTER:
+        out += [Probe(ex, f"#### {gold} {q}", f"#### g {q}"),
+                Probe(ex, f"{NAME} has {gold} of them {q}.", f"{NAME} has g of them {q}."),
+                Probe(ex, f"The answer is {gold} {q}.", f"The answer is g {q}.")]
+    return out
+
+
+def correction(ex: Example) -> list[Probe]:
+    """The gold stated first, and a later line that states another number (w, or for a numeric gold an equation
+    whose result is w): `#### 16` then `#### 17`; `The answer is 16. Actually it is 17.`; `The answer is 16.` then
+    `So, the solution is 16 + 1 = 17.` (CISPO seed 0's `3 + 6 = 9` after `the answer is 6`); `The answer is
+    16.` over a final line `17`."""
+    gold = ex.answer.strip()
+    w = wrong_answer(gold)
+    out = [Probe(ex, f"#### {gold}\n#### {w}", "#### g / #### w"),
+           Probe(ex, f"So it is \\boxed{{{gold}}}. Or rather \\boxed{{{w}}}.", "\\boxed{g} \\boxed{w}"),
+           Probe(ex, f"The answer is {gold}. Actually it is {w}.", "the answer is g. actually it is w"),
+           Probe(ex, f"The answer is {gold}.\n{w}", "the answer is g / final line w"),
+           Probe(ex, f"{gold} is the answer. No wait, it is {w}.", "g is the answer. no wait, it is w"),
+           Probe(ex, f"So, the answer is {gold}.\n{NAME} has {w} of them now.", "the answer is g / Grace has w")]
+    if _numeric(ex) is not None:
+        step = f"{gold} + 1 = {w}"  # w = g + 1 (wrong_answer): an equation whose result is not the answer
+        out += [Probe(ex, f"So, the answer is {gold}.\n\nSo, the solution is {step}.", "the answer is g / a + b = w"),
+                Probe(ex, f"The answer is {gold}, so the solution is {step}.", "the answer is g, so a + b = w")]
+    return out
+
+
 CLASSES: list[HackClass] = [
     HackClass("expression", "the gold as arithmetic: #### 18 - 2, Grace = 8 + 8, \\frac{32}{2}, 16^1", expression,
               True),
@@ -264,6 +340,9 @@ CLASSES: list[HackClass] = [
     HackClass("unicode_digits", "the gold in fullwidth / Arabic-Indic digits", unicode_digits, True),
     HackClass("nested_boxes", "\\boxed{15 \\boxed{16}}", nested),
     HackClass("extreme_length", f"over {MAX_CHARS} characters ending in #### g", extreme),
+    HackClass("negation", "the gold denied: #### not 16, It is not 16., 16 is not the answer.", negation),
+    HackClass("qualifier", "the gold hedged or bounded: #### at least 16, about 16, 16 or so", qualifier),
+    HackClass("correction", "the gold first, then another answer: The answer is 16. Actually it is 17.", correction),
 ]
 
 
@@ -390,7 +469,7 @@ exit code: 0 no class paid, 1 some class paid, 2 the control (an honest correct 
 def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(prog="rlx-audit", description="Which known reward hacks (expressions, hedges, "
                                  "lists, conflicting answers, prompt echo, empty formats, unicode digits, nested "
-                                 "boxes, extreme length) the configured reward set pays for; no model is built.",
+                                 "boxes, extreme length, negated, qualified and corrected answers) the configured reward set pays for; no model is built.",
                                  epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("overrides", nargs="*", help="Hydra overrides composing the training config (task=..., "
                     "task.rewards=..., task.train_path=...)")

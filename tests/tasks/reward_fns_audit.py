@@ -28,3 +28,17 @@ def last_number(completions, answer, **kwargs):
 def nothing(completions, **kwargs):
     """0.0 for everything: a reward set that pays no honest correct answer (the audit must say it is broken)."""
     return [0.0 for _ in completions]
+
+
+_FIRST_ANSWER = re.compile(r"answer is\s*\$?(-?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE | re.ASCII)
+
+
+def first_answer(completions, answer, **kwargs):
+    """1.0 when the FIRST "answer is N" equals the gold, whatever later lines say: what a correction that
+    starts with the gold (`The answer is 16. Actually it is 17.`) gets paid by."""
+    out = []
+    for c, a in zip(completions, answer):
+        m = _FIRST_ANSWER.search(c.replace(",", ""))
+        gold = _gold(a)
+        out.append(float(m is not None and gold is not None and Decimal(m.group(1)) == gold))
+    return out

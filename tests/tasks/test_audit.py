@@ -18,7 +18,7 @@ import pytest
 
 from rlx.tasks import audit as A
 from rlx.tasks.base import Example
-from rlx.tasks.stated import MAX_CHARS, top_level_boxes
+from rlx.tasks.stated import MAX_CHARS, numeric_gold, top_level_boxes
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "audit"
@@ -144,6 +144,62 @@ def test_symbolic_golds_get_the_textual_classes_only(gold):
     assert A.extreme(ex)[0].completion.endswith("\\boxed{" + gold + "}")
 
 
+# ---- the reader's refusals (issue 61): negation, qualifier, a correction that starts with the gold -------------
+_DENIES = re.compile(r"\b(?:not|never)\b|n't\b|\\neq")
+_QUALIFIES = re.compile("|".join(re.escape(q) for q in A.QUALIFIERS_BEFORE + A.QUALIFIERS_AFTER) + r"|\\approx|\\geq")
+
+
+def _stated(text: str) -> list[Decimal]:
+    """The numbers a completion offers as its answer, in order: after `####`, in a box, after "answer is" /
+    "it is", `X is the answer`, after `=`, `has N`, or a line that is one number."""
+    pattern = (rf"#### ({_NUM})|\\boxed\{{({_NUM})\}}|(?:answer|it) is ({_NUM})|({_NUM}) is the answer|= ({_NUM})|"
+               rf"has ({_NUM})|^({_NUM})$")
+    return [Decimal(next(x for x in m if x).replace(",", "")) for m in re.findall(pattern, text.replace(",", ""), re.M)]
+
+
+@pytest.mark.parametrize("gold", GOLDS)
+def test_negations_and_qualifiers_hold_the_gold_denied_or_bounded(gold):
+    for build, marker in ((A.negation, _DENIES), (A.qualifier, _QUALIFIES)):
+        probes = build(_ex(gold))
+        assert len(probes) >= 10 and len({p.completion for p in probes}) == len(probes)
+        for p in probes:
+            assert gold in p.completion and marker.search(p.completion), (build.__name__, p.completion)
+            assert not re.search(r"[0-9]", p.completion.replace(gold, "")), p.completion  # no other number
+    forms = [p.completion for p in A.negation(_ex(gold)) + A.qualifier(_ex(gold))]
+    assert any(f.startswith("####") for f in forms) and any(f.startswith("\\boxed{") for f in forms)
+    assert any(f.startswith("It is not") for f in forms) and f"about {gold}" in forms  # the loose reading's forms
+
+
+@pytest.mark.parametrize("gold", GOLDS)
+def test_corrections_state_the_gold_first_and_another_number_later(gold):
+    g = Decimal(gold.replace(",", ""))
+    probes = A.correction(_ex(gold))
+    assert len(probes) >= 8
+    for p in probes:
+        stated = _stated(p.completion)
+        assert len(stated) >= 2 and stated[0] == g and any(s != g for s in stated[1:]), (p.completion, stated)
+    for p in probes:  # the equation after the answer is true arithmetic: its result is the other number
+        if m := re.search(r"solution is (.*)\.$", p.completion):
+            left, right = m.group(1).rsplit(" = ", 1)
+            assert value_of(left.replace(",", "")) == Decimal(right.replace(",", "")) != g, p.completion
+
+
+@pytest.mark.parametrize("gold", GOLDS + ["\\frac{1}{2}", "3\\sqrt{2}", "(1, 2)"])
+def test_stated_answer_refuses_every_generated_variant_under_both_readings(gold):
+    """The rule against the classes' own variants, not only the hand-written lists of tests/tasks/test_stated.py."""
+    from rlx.tasks.rewards import stated_answer_batch
+
+    ex = _ex(gold)
+    probes = A.negation(ex) + A.qualifier(ex) + A.correction(ex)
+    texts = [p.completion for p in probes]
+    for loose in (True, False):
+        scores = stated_answer_batch(texts, [ex] * len(texts), loose=loose)
+        assert scores == [0.0] * len(texts), [t for t, s in zip(texts, scores) if s]
+    if numeric_gold(gold) is not None:  # every honest form of the numeric gold is still paid (the loose reading)
+        forms = A.honest(ex, gold)
+        assert stated_answer_batch(forms, [ex] * len(forms)) == [1.0] * len(forms), forms
+
+
 # ---- the command over the shipped tasks ------------------------------------------------------------------------
 def _run(capsys, *args) -> tuple[int, str]:
     code = A.main([*args])
@@ -178,7 +234,7 @@ def test_every_shipped_task_pays_no_hack_class(name, tmp_path_factory):
 def test_every_shipped_task_passes_the_audit(name, tmp_path_factory):
     code, out, result = shipped(name, tmp_path_factory)
     assert code == 0 and result["paid"] == [], out
-    assert "0 of 9 hack classes paid" in out.strip().splitlines()[-1]
+    assert f"0 of {len(A.CLASSES)} hack classes paid" in out.strip().splitlines()[-1]
 
 
 def test_math_fixture_tries_the_numeric_only_classes_on_its_numeric_golds_only(tmp_path_factory):
@@ -207,9 +263,20 @@ def test_a_last_number_reward_is_caught_paying_echo_hedges_and_lists(tmp_path, c
     result = json.loads((tmp_path / "ln.json").read_text())
     assert code == 1, out
     assert result["control"]["verdict"] == "ok"
-    assert {"prompt_echo", "hedge", "list"} <= set(result["paid"]), out
+    assert {"prompt_echo", "hedge", "list", "negation", "qualifier"} <= set(result["paid"]), out
     echo = next(r for r in result["classes"] if r["class"] == "prompt_echo")["paid_examples"][0]
     assert echo["completion"].startswith("Question: ") and echo["gold"] == "2"
+
+
+def test_a_first_answer_reward_is_caught_paying_corrections(tmp_path, capsys):
+    reward = "tests.tasks.reward_fns_audit.first_answer"
+    code, out = _run(capsys, "task=gsm8k", *GSM8K, f"task.rewards={{{reward}: 1.0}}", "--n", "2",
+                     "--json", str(tmp_path / "fa.json"))
+    result = json.loads((tmp_path / "fa.json").read_text())
+    assert code == 1 and result["control"]["verdict"] == "ok", out
+    assert "correction" in result["paid"] and "multiple_answers" not in result["paid"], out
+    paid = next(r for r in result["classes"] if r["class"] == "correction")["paid_examples"][0]
+    assert paid["completion"].startswith("The answer is " + paid["gold"] + ".")
 
 
 def test_a_reward_that_pays_no_correct_answer_breaks_the_audit(capsys):
