@@ -33,9 +33,10 @@ class VLLMConfig:
         default=0,
         metadata={"help": "0 => twice the longest sampled task prompt + max new tokens, capped by the model"},
     )
-    enforce_eager: bool = field(
-        default=True,
-        metadata={"help": "no CUDA graphs / torch.compile (fast start; tiny models gain nothing)"},
+    enforce_eager: str = field(
+        default="auto",
+        metadata={"help": "no CUDA graphs / torch.compile: auto (true on CPU: a fast start, inductor gained nothing "
+                          "there; false on a GPU: CUDA graphs, without which decode is launch-bound) | true | false"},
     )
     sleep_mode: bool = field(
         default=False,
@@ -272,12 +273,24 @@ class RolloutConfig:
         _check_sampling(self)
         _check_evaluation(self)
         _check_schedule(self)
+        enforce_eager(self.vllm, on_cpu=True)  # the value's spelling; its meaning waits for the device
 
 
 def _refuse(rules) -> None:
     for ok, key, why, value in rules:
         if not ok:
             raise ValueError(f"rollout.{key} {why}; got {value!r}")
+
+
+EAGER_CHOICES = ("auto", "true", "false")  # rollout.vllm.enforce_eager (a YAML bool arrives as True / False)
+
+
+def enforce_eager(vllm_cfg, on_cpu: bool) -> bool:
+    """rollout.vllm.enforce_eager for an engine on this device: auto is eager on a CPU, compiled on a GPU."""
+    value = str(vllm_cfg.enforce_eager).strip().lower()
+    if value not in EAGER_CHOICES:
+        raise ValueError(f"rollout.vllm.enforce_eager: '{vllm_cfg.enforce_eager}' is not one of {list(EAGER_CHOICES)}")
+    return on_cpu if value == "auto" else value == "true"
 
 
 def _check_sampling(r: RolloutConfig) -> None:

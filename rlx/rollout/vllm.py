@@ -41,6 +41,7 @@ import torch
 from rlx.models.forward import causal_lm
 from rlx.run.logging import say
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
+from rlx.rollout.config import enforce_eager
 from rlx.rollout.hf import decode, encode_prompts
 from rlx.rollout.kv_sizing import DTYPE_BYTES, check_explicit, plan_for_engine
 
@@ -231,7 +232,7 @@ def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, see
     cuda:LOCAL_RANK and joins the process group rlx already initialised as one tensor-parallel group of
     one (docs/engine.md, "On a GPU"); vLLM's default executor would put every rank's engine on cuda:0."""
     kwargs = dict(model=str(serve_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[dtype],
-                  max_model_len=max_model_len, seed=seed, enforce_eager=bool(cfg.vllm.enforce_eager),
+                  max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager(cfg.vllm, on_cpu),
                   logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
     if lora_rank is not None:
         kwargs.update(enable_lora=True, max_lora_rank=_vllm_rank(lora_rank), max_loras=1)

@@ -34,9 +34,11 @@ from rlx.run.logging import say
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
 from rlx.rollout.hf import decode, encode_prompts
 from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
-from rlx.rollout.server.placement import check_machine, tensor_parallel
+from rlx.rollout.config import enforce_eager
+from rlx.rollout.server.placement import check_machine, gpu_share, tensor_parallel
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
-from rlx.rollout.vllm import _vllm_rank, engine_max_model_len, full_state_dict, merged_state_dict, sync_mode
+from rlx.rollout.vllm import (_import_vllm, _on_cpu, _vllm_rank, engine_max_model_len, full_state_dict,
+                              merged_state_dict, sync_mode)
 
 # the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
 # with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
@@ -67,7 +69,8 @@ class VLLMServerEngine(RolloutEngine):
 
             try:
                 check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
-                check_explicit(cfg)  # an explicit rollout.vllm.kv_cache_gb that holds no sequence
+                if _on_cpu(_import_vllm()):  # an explicit rollout.vllm.kv_cache_gb that holds no sequence
+                    check_explicit(cfg)
             except ValueError as e:
                 raise ValueError(str(e).replace("rollout=vllm:", "rollout=vllm_server (local servers):", 1)) from None
 
@@ -97,16 +100,16 @@ class VLLMServerEngine(RolloutEngine):
                                                                      for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
-            # each local server's KV cache by the colocated engine's rule, the batch and the free memory
-            # shared among the servers (rlx.rollout.kv_sizing); an explicit rollout.vllm.kv_cache_gb is per server
-            self.kv_plan = plan_for_engine(cfg, base_dir, DTYPE_BYTES[dtype], max_len, max_model_len, tokenizer,
-                                           shares=int(sc.num))
-            say(f"[vllm_server] each of {int(sc.num)} server(s): {self.kv_plan.describe()}")
-            self.concurrency = int(sc.num) * max(1, self.kv_plan.concurrency)
-            command = lambda port, entry: server_command(  # noqa: E731
-                str(base_dir), port, lora_rank=rank, max_model_len=max_model_len, dtype=dtype,
-                seed=seed, max_num_seqs=max(1, self.kv_plan.concurrency), kv_cache_bytes=self.kv_plan.bytes,
-                tensor_parallel=tensor_parallel(entry), max_num_batched_tokens=int(cfg.vllm.max_num_batched_tokens))
+            on_cpu = _on_cpu(_import_vllm())  # local servers run this machine's vLLM build
+            if on_cpu:
+                # each local server's KV cache by the colocated engine's rule, the batch and the free memory
+                # shared among the servers (rlx.rollout.kv_sizing); an explicit rollout.vllm.kv_cache_gb is per server
+                self.kv_plan = plan_for_engine(cfg, base_dir, DTYPE_BYTES[dtype], max_len, max_model_len, tokenizer,
+                                               shares=int(sc.num))
+                say(f"[vllm_server] each of {int(sc.num)} server(s): {self.kv_plan.describe()}")
+                self.concurrency = int(sc.num) * max(1, self.kv_plan.concurrency)
+            command = command_maker(cfg, base_dir, on_cpu=on_cpu, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                                    lora_rank=rank, kv_plan=self.kv_plan)
             logs = Path(log_dir) if log_dir is not None else self.root / "logs"  # server_<i>.log each
             self.pool = ServerPool.local(int(sc.num), command, logs, _server_env(sc.threads, self.mode != "adapter"),
                                          sc.startup_timeout_s, sc.request_timeout_s, list(sc.placement))
@@ -291,6 +294,26 @@ class VLLMServerEngine(RolloutEngine):
         if pool is not None:
             pool.close()
         shutil.rmtree(getattr(self, "root", ""), ignore_errors=True)
+
+
+def command_maker(cfg, base_dir, *, on_cpu: bool, dtype: str, seed: int, max_model_len: int, lora_rank: int | None,
+                  kv_plan=None):
+    """`(port, placement entry) -> argv` of a local server for rollout config `cfg`. On a CPU its KV cache is
+    the work-sized plan (`kv_plan`, rlx.rollout.kv_sizing) and it runs as many sequences as that holds; on a
+    GPU it takes its part of rollout.vllm.gpu_memory_utilization (placement.gpu_share: the servers sharing
+    a GPU split it) and vLLM's profiler sizes the cache in it. CUDA graphs by rollout.vllm.enforce_eager."""
+    entries = list(cfg.server.placement) or [None] * int(cfg.server.num)
+    seqs = max(1, kv_plan.concurrency) if on_cpu else int(cfg.vllm.max_num_seqs)
+
+    def make(port: int, entry: str | None) -> list[str]:
+        memory = (dict(kv_cache_bytes=kv_plan.bytes) if on_cpu else
+                  dict(gpu_memory_utilization=gpu_share(entry, entries, float(cfg.vllm.gpu_memory_utilization))))
+        return server_command(str(base_dir), port, lora_rank=lora_rank, max_model_len=max_model_len, dtype=dtype,
+                              seed=seed, max_num_seqs=seqs, tensor_parallel=tensor_parallel(entry),
+                              max_num_batched_tokens=int(cfg.vllm.max_num_batched_tokens),
+                              enforce_eager=enforce_eager(cfg.vllm, on_cpu), **memory)
+
+    return make
 
 
 def _server_env(threads: int, reload: bool = False) -> dict:

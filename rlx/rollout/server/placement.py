@@ -61,3 +61,20 @@ def tensor_parallel(entry: str | None) -> int:
         return 1
     kind, ids = parse(entry)
     return len(ids) if kind == "cuda" else 1
+
+
+def gpu_share(entry: str | None, entries: list[str | None], fraction: float) -> float:
+    """The share of its GPU(s) a local server may take (vLLM's --gpu-memory-utilization): `fraction`
+    (rollout.vllm.gpu_memory_utilization, what vLLM takes of a GPU in all) split evenly among the local
+    servers that use one of its GPUs. Unplaced servers run on the first visible GPU, the trainer's, as
+    `cuda:0` does. vLLM checks at start-up that this share of the whole GPU is free, so servers sharing a
+    GPU must ask for no more than their part of it."""
+    def gpus(e: str | None) -> set[int]:
+        if not e:
+            return {0}
+        kind, ids = parse(e)
+        return set(ids) if kind == "cuda" else {0}
+
+    mine = gpus(entry)
+    sharing = sum(1 for e in entries if gpus(e) & mine)
+    return fraction / max(1, sharing)

@@ -97,24 +97,29 @@ def free_port() -> int:
 
 def server_command(model_dir: str, port: int, *, lora_rank: int | None, max_model_len: int, dtype: str,
                    seed: int, max_num_seqs: int, kv_cache_gb: float = 0.0, tensor_parallel: int = 1,
-                   kv_cache_bytes: int = 0, max_num_batched_tokens: int = 0) -> list[str]:
+                   kv_cache_bytes: int = 0, max_num_batched_tokens: int = 0,
+                   gpu_memory_utilization: float | None = None, enforce_eager: bool = True) -> list[str]:
     """The command line of one local server (vLLM's `vllm` console script fails on the CPU build: its
     module is run instead). As the colocated engine: processed log-probs (at the sampling temperature),
     whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
     blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights).
     `tensor_parallel` > 1: one server over that many GPUs. The KV cache: `kv_cache_bytes` (the engine's
-    plan, rlx.rollout.kv_sizing), else `kv_cache_gb` GiB; `max_num_batched_tokens` > 0: vLLM's step budget.
-    No key: the server reads it from its environment (start_local)."""
+    plan, rlx.rollout.kv_sizing), else `kv_cache_gb` GiB; on a GPU (`gpu_memory_utilization` given) the
+    share of the GPU the server may take instead, in which vLLM's profiler sizes the cache.
+    `max_num_batched_tokens` > 0: vLLM's step budget. No key: the server reads it from its environment
+    (start_local)."""
     kv_bytes = int(kv_cache_bytes) or int(kv_cache_gb * (1 << 30))
     step = [] if not max_num_batched_tokens else ["--max-num-batched-tokens", str(int(max_num_batched_tokens))]
     lora = [] if lora_rank is None else ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
     tp = [] if tensor_parallel == 1 else ["--tensor-parallel-size", str(tensor_parallel)]
+    memory = (["--kv-cache-memory-bytes", str(kv_bytes)] if gpu_memory_utilization is None
+              else ["--gpu-memory-utilization", repr(float(gpu_memory_utilization))])
+    eager = ["--enforce-eager"] if enforce_eager else []
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), *lora, *tp, "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
-            "--max-num-seqs", str(max_num_seqs), *step,
-            "--kv-cache-memory-bytes", str(kv_bytes), "--logprobs-mode", "processed_logprobs",
-            "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", "--enforce-eager",
-            "--no-enable-prefix-caching"]
+            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), *lora, *tp,
+            "--max-model-len", str(max_model_len), "--dtype", dtype, "--seed", str(seed),
+            "--max-num-seqs", str(max_num_seqs), *step, *memory, "--logprobs-mode", "processed_logprobs",
+            "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", *eager, "--no-enable-prefix-caching"]
 
 
 # The leader of a local server's process group: it pins itself (and so the server) to the placement's cores,
