@@ -244,6 +244,11 @@ def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, see
         kwargs["enable_sleep_mode"] = bool(cfg.vllm.sleep_mode)
         if world_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
+        if cfg.mode == "async":
+            # in-flight updates reload weights between two engine steps; vLLM's async scheduling (its GPU
+            # default) returns a step's tokens one step later, labelled with the version current at that
+            # time, so tokens sampled just before a reload would carry the new version
+            kwargs["async_scheduling"] = False
     return kwargs
 
 

@@ -41,7 +41,8 @@ def lora_shrink_reaches_its_kernel(dtype: torch.dtype) -> bool:
     try:
         _lora_shrink(torch.randn(M, K).to(dtype), [torch.randn(1, R, K).to(dtype)], out,
                      torch.zeros(M, **i32), torch.arange(M, **i32), torch.tensor([M], **i32),
-                     torch.tensor([0, M], **i32), torch.tensor([0], **i32), torch.tensor([False]), torch.tensor([1]), 1.0)
+                     torch.tensor([0, M], **i32), torch.tensor([0], **i32), torch.tensor([False]), torch.tensor([1]),
+                     1.0)
     except AssertionError:
         assert torch.equal(out, torch.ones_like(out))  # refused before it touched anything
         return False

@@ -25,8 +25,8 @@ def vllm_config(tmp_path, on_cpu: bool, enforce_eager=None):
     return EngineArgs(**kw).create_engine_config()
 
 
-@pytest.mark.parametrize("on_cpu,value,eager", [(False, None, False), (True, None, True), (False, "auto", False), (False, "true", True),
-                                                (False, True, True), (True, False, False)])
+@pytest.mark.parametrize("on_cpu,value,eager", [(False, None, False), (True, None, True), (False, "auto", False),
+                                                (False, "true", True), (False, True, True), (True, False, False)])
 def test_enforce_eager_follows_the_device(tmp_path, monkeypatch, on_cpu, value, eager):
     from vllm.config import CompilationMode
 
