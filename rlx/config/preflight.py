@@ -10,7 +10,6 @@ engine against the model and the quant format, and the dtype a vLLM engine's GPU
 
 from __future__ import annotations
 
-import os
 
 import torch
 
@@ -36,7 +35,7 @@ def check(cfg) -> DeviceSpec:
         from rlx.models.gguf import resolve_gguf
 
         resolve_gguf(cfg.model.gguf_file)
-    trainer = resolve(cfg.trainer, dist.launched_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    trainer = resolve(cfg.trainer, dist.launched_world_size(), dist.env_local_rank())
     record_dtype(cfg, trainer)
     trainer = half_precision_for_vllm(cfg, trainer)
     check_engine(cfg)

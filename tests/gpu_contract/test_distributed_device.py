@@ -76,3 +76,12 @@ def test_preflight_refuses_an_explicit_gpu_under_torchrun_before_any_model(gpus,
     with pytest.raises(ValueError, match=r"trainer\.device=cuda:0 with 2 ranks"):
         check(compose(["trainer.device=cuda:0", "trainer.dtype=bf16"]))
     assert not (tmp_path / "cache").exists()
+
+
+def test_preflight_resolves_a_slurm_tasks_gpu_from_its_local_id(gpus, tmp_path):
+    # SLURM sets no LOCAL_RANK until init() writes it: preflight must read SLURM_LOCALID, or every task of a
+    # node resolves cuda:0 while init() makes cuda:SLURM_LOCALID current
+    for k, v in SLURM.items():
+        gpus.setenv(k, v)
+    gpus.setenv("RLX_CACHE", str(tmp_path / "cache"))
+    assert check(compose(["trainer.device=cuda", "trainer.dtype=bf16"])).device == torch.device("cuda:1")
