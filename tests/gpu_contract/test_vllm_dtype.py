@@ -27,6 +27,7 @@ def cuda_box(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(rv, "_on_cpu", lambda vllm: False)
+    monkeypatch.setattr(rv, "installed_builds", lambda lookup=None: ["vllm"])  # the GPU build's metadata
 
 
 def lora_shrink_reaches_its_kernel(dtype: torch.dtype) -> bool:

@@ -63,11 +63,12 @@ class VLLMServerEngine(RolloutEngine):
         if cfg.rollout.server.num > 0:  # local servers run this machine's vLLM: its limits (head_dim on CPU)
             check_machine(list(cfg.rollout.server.placement))  # the cores / GPUs they are placed on exist here
             from rlx.models import head_dim
-            from rlx.rollout.vllm import check_engine_config
+            from rlx.rollout.vllm import check_build, check_engine_config
 
             from rlx.rollout.kv_sizing import check_explicit
 
             try:
+                check_build(cfg.trainer)
                 check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
                 if _on_cpu(_import_vllm()):  # an explicit rollout.vllm.kv_cache_gb that holds no sequence
                     check_explicit(cfg)
