@@ -1,5 +1,5 @@
 """Policy construction: base model (tiny SFT-cached, a local HF path, or any of them after the SFT stage,
-rlx.sft) -> [quantized] -> LoRA, or the base itself with every weight trainable (model.finetune=full)."""
+rlx.models.sft) -> [quantized] -> LoRA, or the base itself with every weight trainable (model.finetune=full)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from rlx import sft
+from rlx.models import sft
 from rlx.models.forward import causal_lm, token_logprobs
 from rlx.models.tiny import cache_key, load_or_build_tiny
 from rlx.models.tokenizer import build_char_tokenizer
@@ -92,7 +92,7 @@ def _start_dir(cfg, log=print) -> Path | None:
 def load_base(cfg, task, log=print, device: torch.device | str = "cpu"):
     """(model, tokenizer) of the base policy before quantization and LoRA. Chat prompts are rendered
     with the tokenizer first (every prompt when model.chat_prompts): SFT trains on the rendered
-    prompts. With model.sft.data set the base is the SFT stage's result (rlx.sft, trained on `device`
+    prompts. With model.sft.data set the base is the SFT stage's result (rlx.models.sft, trained on `device`
     on a cache miss, loaded from its directory always), and RL's training split skips the SFT problems
     when model.sft.exclude_from_rl."""
     tok = load_tokenizer(cfg.model, log)
@@ -148,7 +148,7 @@ def base_dir(cfg) -> Path:
 
 def base_label(cfg) -> str:
     """What the RL run starts from, for the step-0 evaluation's line: "SFT" (the SFT stage of any model, or
-    the tiny warm start) or "pretrained" (rlx.sft.base_label)."""
+    the tiny warm start) or "pretrained" (rlx.models.sft.base_label)."""
     return sft.base_label(cfg)
 
 

@@ -46,7 +46,7 @@ class SFTConfig:
     model.sft.data null: the tiny model's warm start on the task's own training split (batch_size
     sequences per step; its cache key is what it always was), and no SFT for hf / gguf models, which start
     from their pretrained weights. model.sft.data set (`task` or a local file): the SFT stage of any model
-    (rlx.sft): chat-rendered (prompt, completion) pairs, loss on the completion tokens only, token-budget
+    (rlx.models.sft): chat-rendered (prompt, completion) pairs, loss on the completion tokens only, token-budget
     batches, LoRA or full fine-tuning, a held-out SFT loss, the result cached by data + model + config;
     RL then starts from the merged SFT weights.
 

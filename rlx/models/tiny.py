@@ -49,7 +49,7 @@ def cache_key(model_cfg, task_cfg) -> str:
     m.pop("gguf_file", None)  # the gguf source's key, no part of the tiny model
     for k in ("finetune", "gradient_checkpointing"):  # how the base is trained by RL, not what it is
         m.pop(k, None)
-    if isinstance(m.get("sft"), dict):  # the SFT stage's keys (rlx.sft) are no part of the warm start's base
+    if isinstance(m.get("sft"), dict):  # the SFT stage's keys (rlx.models.sft) are no part of the warm start's base
         m["sft"] = {k: v for k, v in m["sft"].items() if k in LEGACY_SFT_KEYS}
     t = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg)
     t.pop("eval", None)  # the eval sets do not shape the SFT base (it trains on the training split)

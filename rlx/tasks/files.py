@@ -257,7 +257,7 @@ def held_slice(texts, n: int, seed: int) -> list[str]:
 def held_out_questions(cfg) -> set[str]:
     """`question_text` of every question a file task holds out: the whole task.holdout slice (not only
     its first n_eval) or every row of task.eval_path, and every row of each task.eval.<name>.path. What
-    an SFT stage must never train on (rlx.sft); read from the files, as the task reads them."""
+    an SFT stage must never train on (rlx.models.sft); read from the files, as the task reads them."""
     texts: set[str] = set()
     if cfg.get("holdout", 0):
         _, rows = _checked_rows(cfg.train_path, cfg, "task.train_path")

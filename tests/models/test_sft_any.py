@@ -1,4 +1,4 @@
-"""The SFT stage of any model (model.sft.data; rlx.sft): completion-only loss on chat-rendered pairs,
+"""The SFT stage of any model (model.sft.data; rlx.models.sft): completion-only loss on chat-rendered pairs,
 a held-out SFT loss on rows never trained on, a cache keyed by data + model + config, the task's
 held-out questions refused as SFT data, config refused before any model is built, and RL starting
 from the SFT result. On the tiny model and on a tiny Llama HF directory (tied embeddings, as SmolLM2)
@@ -90,18 +90,19 @@ def prepared(cfg):
 
 
 def warm(cfg, log=_quiet):
-    """rlx.sft.warm_start as build_policy calls it: the result directory."""
-    from rlx import models, sft
+    """rlx.models.sft.warm_start as build_policy calls it: the result directory."""
+    from rlx import models
+    from rlx.models import sft
 
     task, tok = prepared(cfg)
     return sft.warm_start(cfg, task, tok, lambda: models._sft_start(cfg, log), models._start_dir(cfg), log)
 
 
 class TrainCount:
-    """Counts rlx.sft.loop.train calls (a cache hit trains nothing)."""
+    """Counts rlx.models.sft.loop.train calls (a cache hit trains nothing)."""
 
     def __init__(self, monkeypatch):
-        import rlx.sft.loop as loop
+        import rlx.models.sft.loop as loop
 
         self.n, real = 0, loop.train
 
@@ -120,9 +121,9 @@ def test_chat_pairs_carry_loss_on_completion_tokens_only(hf_dir, tmp_path):
     log-softmax over the full logits at the completion positions."""
     from transformers import AutoModelForCausalLM
 
-    from rlx.sft import select
-    from rlx.sft.batches import collate, encode
-    from rlx.sft.loop import batch_nll
+    from rlx.models.sft import select
+    from rlx.models.sft.batches import collate, encode
+    from rlx.models.sft.loop import batch_nll
 
     # operands outside the task's 0-9: never one of its held-out questions
     data = write_rows(tmp_path / "d.jsonl", [{"question": "13+4=", "answer": "17"}, {"question": "12+30=", "answer": "42"}])
@@ -153,7 +154,7 @@ def test_chat_pairs_carry_loss_on_completion_tokens_only(hf_dir, tmp_path):
 
 
 def test_chat_rows_take_the_last_assistant_turn_as_completion(hf_dir, tmp_path):
-    from rlx.sft import select
+    from rlx.models.sft import select
 
     msgs = [{"role": "user", "content": "11+1="}, {"role": "assistant", "content": "12"}]
     data = write_rows(tmp_path / "chat.jsonl", [{"messages": msgs}])
@@ -169,8 +170,8 @@ def test_chat_rows_take_the_last_assistant_turn_as_completion(hf_dir, tmp_path):
 def test_token_budget_batches():
     """Every batch fits the budget (rows x longest row), every row comes once per pass; epochs > 0
     trains ceil(epochs x batches per pass) steps."""
-    from rlx.sft.batches import Encoded, plan
-    from rlx.sft.loop import batches
+    from rlx.models.sft.batches import Encoded, plan
+    from rlx.models.sft.loop import batches
 
     rng = random.Random(0)
     lengths = [rng.randint(3, 40) for _ in range(200)]
@@ -190,10 +191,10 @@ def test_heldout_loss_is_computed_on_heldout_rows_only(monkeypatch):
     exactly the held-out rows; the logged loss before is the held-out rows' mean NLL per token."""
     from transformers import Qwen2ForCausalLM
 
-    import rlx.sft.loop as loop
+    import rlx.models.sft.loop as loop
     from rlx.models.tiny import tiny_config
     from rlx.models.tokenizer import build_char_tokenizer
-    from rlx.sft.batches import encode
+    from rlx.models.sft.batches import encode
 
     tok = build_char_tokenizer()
     cfg = compose(TINY)
@@ -225,7 +226,7 @@ def test_heldout_loss_is_computed_on_heldout_rows_only(monkeypatch):
 
 
 def test_eval_split_is_by_question_and_seeded():
-    from rlx.sft.data import Pair, split_eval
+    from rlx.models.sft.data import Pair, split_eval
 
     pairs = [Pair(f"q{i % 20}", "a", frozenset()) for i in range(40)]  # each question twice
     train, held = split_eval(pairs, 0.1, seed=0)
@@ -237,7 +238,7 @@ def test_eval_split_is_by_question_and_seeded():
 # ---- SFT learns, and RL starts from it --------------------------------------------------------------
 
 def test_sft_lowers_the_heldout_loss_tiny_full(tmp_path):
-    from rlx import sft
+    from rlx.models import sft
 
     out = warm(tiny_cfg(tmp_path))
     s = sft.read_record(out)
@@ -250,7 +251,7 @@ def test_sft_lowers_the_heldout_loss_hf_lora_and_rl_starts_from_it(hf_dir, tmp_p
     sits on top, base_dir is the SFT directory and the label is 'SFT'; RL's split skips the SFT rows."""
     from safetensors.torch import load_file
 
-    from rlx import sft
+    from rlx.models import sft
     from rlx.models import base_dir, base_label, build_policy, has_lora, sft_record
 
     data = write_rows(tmp_path / "d.jsonl", arith_rows(80))
@@ -348,7 +349,7 @@ def _file_task(tmp_path, extra=()):
 
 
 def test_sft_drops_the_tasks_heldout_questions_and_rl_skips_the_sft_rows(tmp_path):
-    from rlx.sft import select
+    from rlx.models.sft import select
     from rlx.tasks.files import carve_holdout
 
     cfg, rows = _file_task(tmp_path)
@@ -367,7 +368,7 @@ def test_evaluating_more_of_the_heldout_slice_is_the_same_sft(tmp_path):
     rows, so the same cache entry (an RL run evaluating 500 and an lm-eval cross-check of 200 share it).
     The slice itself (task.holdout) changes the rows, so it stays in the key."""
     from rlx.models import base_dir
-    from rlx.sft import select
+    from rlx.models.sft import select
 
     cfg3, _ = _file_task(tmp_path, ["model.sft.n=10"])
     cfg3.model.sft.data = cfg3.task.train_path
@@ -381,8 +382,8 @@ def test_evaluating_more_of_the_heldout_slice_is_the_same_sft(tmp_path):
 
 
 def test_the_heldout_slice_is_refused_as_sft_data(tmp_path):
-    from rlx.sft import select
-    from rlx.sft.data import Pair, check_disjoint, held_out_ids
+    from rlx.models.sft import select
+    from rlx.models.sft.data import Pair, check_disjoint, held_out_ids
 
     cfg, rows = _file_task(tmp_path)
     task, tok = prepared(cfg)

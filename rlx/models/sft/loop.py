@@ -10,7 +10,7 @@ import time
 import torch
 
 from rlx.models.forward import token_logprobs
-from rlx.sft.batches import Batch, Encoded, collate, plan
+from rlx.models.sft.batches import Batch, Encoded, collate, plan
 
 HEAD_CHUNK = 1024  # LM-head tokens at a time: no [B, T, V] logits (SmolLM2's V = 49,152)
 

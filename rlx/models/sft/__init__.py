@@ -1,7 +1,7 @@
 """The SFT stage of any model (model.sft.data set; docs/models.md, "SFT warm start for any model"):
 TRL's SFTTrainer-then-GRPOTrainer as one run. The base (tiny random init, model.path, or the converted
 GGUF) is fine-tuned on chat-rendered (prompt, completion) pairs with the loss on completion tokens only,
-LoRA (merged afterwards) or full, and saved once under `model.cache_dir/sft-<key>` (rlx.sft.cache);
+LoRA (merged afterwards) or full, and saved once under `model.cache_dir/sft-<key>` (rlx.models.sft.cache);
 RL then loads that directory as its base and puts its own LoRA (or full fine-tuning) on top.
 
 The SFT rows never hold a held-out question of the RL run (dropped, then checked by question text),
@@ -18,10 +18,10 @@ from typing import Callable
 import torch
 
 from rlx.models.tiny import publish
-from rlx.sft import data as sft_data
-from rlx.sft import loop
-from rlx.sft.batches import Encoded, encode
-from rlx.sft.cache import key_inputs, sft_dir
+from rlx.models.sft import data as sft_data
+from rlx.models.sft import loop
+from rlx.models.sft.batches import Encoded, encode
+from rlx.models.sft.cache import key_inputs, sft_dir
 
 RECORD = "sft.json"  # the stage's summary beside the weights
 METRICS = "sft_metrics.jsonl"  # one row per SFT step (loss, lr, tokens, s/step; held-out loss when measured)
