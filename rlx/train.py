@@ -32,7 +32,8 @@ from rlx.algo import Shaping, Update, mismatch_split
 from rlx.run.device import DeviceSpec, seed_everything
 from rlx.run import distributed as dist
 from rlx.run.checkpoint import Checkpointer
-from rlx.run.completions import completion_rows
+from rlx.algo.completions import completion_rows
+from rlx.algo.data_parallel import DataParallel
 from rlx.config import register_configs
 from rlx.eval.evaluate import Evaluator
 from rlx.extrapolation import build_extrapolator
@@ -48,6 +49,7 @@ from rlx.models import base_label, sft_record  # what step 0 evaluates: "SFT" (a
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.metrics import SignalMonitor, rollout_metrics
 from rlx.rollout.schedule import build_schedule
+from rlx.rollout.sharded import ShardedEngine
 from rlx.run.records import read_metrics
 from rlx.tasks import build_task
 from rlx.tasks.tripwires import TripwireMonitor
@@ -84,7 +86,7 @@ class Parts:
     sampling: SamplingParams
     n_params: int
     world: dist.World = field(default_factory=dist.World)  # this rank of the torchrun job (one process: rank 0 of 1)
-    dp: dist.DataParallel | None = None  # how this rank's update meets the others'
+    dp: DataParallel | None = None  # how this rank's update meets the others'
     ref_policy: torch.nn.Module | None = None  # full fine-tuning with algo.beta > 0: the frozen reference copy
     shaping: Shaping | None = None  # algo's shaping step (overlong rewards, curriculum, refill / filter)
     update: Update | None = None  # algo's policy update, bound to the algo config at build
@@ -118,7 +120,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     # the newest intact checkpoint's adapter, loaded into the whole module (before FSDP shards it); the
     # rest of its state is restored by `resume` once everything is built
     found = ckpt.load_latest(policy, _log) if cfg.train.resume == "auto" else None
-    dp = dist.DataParallel(policy, world, cfg.trainer.strategy, trainer.device)  # fsdp: before the optimizer
+    dp = DataParallel(policy, world, cfg.trainer.strategy, trainer.device)  # fsdp: before the optimizer
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
     warm = max(1, cfg.algo.warmup_steps)
@@ -141,7 +143,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
                             own_weights=cfg.rollout.mode == "async", log_dir=Path(run_dir) / "servers")
     p.engine = wrap_engine(cfg.env, p.engine, tok)  # env=none: the engine itself; else multi-turn episodes (rlx/envs)
     if world.distributed:  # each rank samples its share of the prompts; every rank gets the whole batch
-        p.engine = dist.ShardedEngine(p.engine, world, dp.gathered)
+        p.engine = ShardedEngine(p.engine, world, dp.gathered)
     p.schedule = build_schedule(cfg.rollout, p.engine, task, p.sampling, p.gen, tok, noise=p.noise,
                                 keep_versions=cfg.algo.mismatch_split_every > 0)
     p.checkpoint = Resumable(cfg, Path(run_dir), ckpt, world, dp, trainer.num_devices, policy, opt, sched, p.gen,
@@ -187,7 +189,7 @@ def refill(schedule, policy, curriculum, task, shaping, step: int, consumed: lis
 def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
     """One RL step: generate -> score -> shape -> update -> sync -> observe. The loop body, so it takes the
     run's parts; each function it calls takes only what it uses. Returns the step's metrics, its
-    completion-table rows (rlx.run.completions; None unless due) and the examples it consumed
+    completion-table rows (rlx.algo.completions; None unless due) and the examples it consumed
     (refills included; the prompt ledger)."""
     cfg, m = p.cfg, {}
     t_gen = time.time()

@@ -8,7 +8,7 @@ from rlx.algo.mismatch import mismatch_split
 from rlx.algo.curriculum import PassRateCurriculum
 from rlx.algo.losses import LOSSES, k3_kl, policy_loss, token_entropy
 from rlx.algo.shaping import Shaped, Shaping, mask_truncated, overlong_penalty, shape_batch, zero_variance_groups
-from rlx.algo.policy_update import NonFiniteError, Update
+from rlx.algo.policy_update import Update
 
 
 def check_config(cfg) -> None:
@@ -26,7 +26,6 @@ __all__ = [
     "correction_weights",
     "mismatch_metrics",
     "mismatch_split",
-    "NonFiniteError",
     "Shaped",
     "logprob_diff",
     "shape_batch",

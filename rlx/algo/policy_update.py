@@ -35,11 +35,9 @@ from rlx.algo.micro_batches import MicroBatch, batch_logprobs, forward_logprobs,
 from rlx.algo.shaping import Shaped, mask_truncated
 from rlx.quant.linear import held_dequantized
 from rlx.run.device import autocast
-from rlx.run.distributed import DataParallel, World
-
-
-class NonFiniteError(RuntimeError):
-    pass
+from rlx.algo.data_parallel import DataParallel
+from rlx.run.checkpoint import NonFiniteError
+from rlx.run.distributed import World
 
 
 @contextmanager
@@ -93,7 +91,7 @@ class Update:
     def __call__(self, policy, opt, shaped: Shaped, dp: DataParallel | None, step: int) -> tuple[dict, int]:
         """Train on `shaped.batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
 
-        `dp` (rlx.run.distributed.DataParallel; None = one process): on N ranks every rank holds the same
+        `dp` (rlx.algo.data_parallel.DataParallel; None = one process): on N ranks every rank holds the same
         global batch, computes the same advantages and token weights, and backpropagates only its share
         of the micro-batches; gradients and statistics are summed across ranks, so the step is the
         single-process one."""

@@ -7,7 +7,7 @@ environment tokens are `forced` (out of the loss), its `texts` are the final ans
 (sync, weights, noise target, sleep, close, `between_steps`, `version`, `tok`) is the wrapped engine's.
 
 `metrics()` adds the episodes' counts since the last call (env/*) to the engine's own; under torchrun
-(rlx.run.distributed.ShardedEngine) each rank's episodes are gathered first, so env/* count the whole batch.
+(rlx.rollout.sharded.ShardedEngine) each rank's episodes are gathered first, so env/* count the whole batch.
 
 Per-turn rewards: each episode's sum of `Step.reward` goes into the batch's `env_reward` column ([N]), which
 the training loop adds to the task's rewards (rlx.train.score) before advantages are computed.
@@ -91,7 +91,7 @@ class EnvEngine:
             self._window.extend(out.episodes)
         return out.batch
 
-    gathers_metrics = True  # rlx.run.distributed.ShardedEngine passes its gather to `metrics`
+    gathers_metrics = True  # rlx.rollout.sharded.ShardedEngine passes its gather to `metrics`
 
     def metrics(self, gather=None) -> dict:
         """The engine's metrics and env/* over the episodes since the last call; `gather` (every rank's list,

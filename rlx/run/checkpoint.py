@@ -55,6 +55,11 @@ FORMAT_VERSION = 1
 _NDARRAY = "__rlx_ndarray__"  # encode_state's tag for a numpy array stored as a tensor
 
 
+class NonFiniteError(RuntimeError):
+    """A non-finite loss, gradient norm (rlx.algo.policy_update) or trainable weight (`save`): the update or
+    checkpoint is refused and the last checkpoint is left intact."""
+
+
 class CheckpointError(RuntimeError):
     """No checkpoint could be resumed from (each one tried is named with its problem)."""
 
@@ -289,8 +294,6 @@ class Checkpointer:
         `weights`: the trainable tensors by parameter name, when the module holds shards of them (FSDP)."""
         bad = non_finite_params(model, weights)
         if bad:
-            from rlx.algo.policy_update import NonFiniteError
-
             name, n = bad[0]
             more = f" (and {len(bad) - 1} more: {', '.join(b[0] for b in bad[1:4])})" if len(bad) > 1 else ""
             raise NonFiniteError(f"step {step}: trainable parameter {name} has {n} non-finite value(s) (nan/inf){more}; "

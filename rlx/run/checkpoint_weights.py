@@ -15,9 +15,7 @@ MODEL = "model/model.safetensors"  # model.finetune=full: every weight of the po
 
 
 def is_lora(model) -> bool:
-    from rlx.models import has_lora  # lazily: verifying a checkpoint needs no transformers
-
-    return has_lora(model)
+    return hasattr(model, "peft_config")  # PEFT's mark on a model it wrapped (what rlx.models.has_lora reads)
 
 
 def write_weights(out: Path, model, weights: dict | None = None) -> None:

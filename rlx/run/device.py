@@ -47,7 +47,7 @@ class DeviceSpec:
         return self.world_size
 
 
-STRATEGIES = ("ddp", "fsdp")  # trainer.strategy (rlx.run.distributed.DataParallel)
+STRATEGIES = ("ddp", "fsdp")  # trainer.strategy (rlx.algo.data_parallel.DataParallel)
 
 
 def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:

@@ -19,17 +19,15 @@ which names the failed rank and its traceback (rlx.train's main is wrapped in to
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from rlx.run.device import STRATEGIES, rank_device  # noqa: F401  (STRATEGIES: re-exported)
+from rlx.run.device import rank_device
 
 
 @dataclass(frozen=True)
@@ -194,179 +192,6 @@ def join(trainer_cfg, run_dir):
 def close(world: World) -> None:
     if world.distributed and dist.is_initialized():
         dist.destroy_process_group()
-
-
-class ShardedEngine:
-    """A rollout engine for one rank of N: it samples this rank's share of the prompts and returns the
-    whole batch (all ranks' shares, all-gathered, rows in prompt order). Each row's sampling seed is
-    drawn for the global batch, so the samples do not depend on how the prompts were split: N ranks
-    sample what one process would. Everything else is the wrapped engine's."""
-
-    def __init__(self, engine, world: World, gathered=nullcontext):
-        self.__dict__.update(engine=engine, world=world, gathered=gathered)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["engine"], name)
-
-    def __setattr__(self, name, value):
-        setattr(self.engine, name, value)
-
-    def generate(self, prompts, n, sampling, generator, seeds=None):
-        from rlx.rollout.base import RolloutBatch, draw_seeds
-
-        seeds = draw_seeds(generator, len(prompts) * n) if seeds is None else list(seeds)
-        sl = self.world.shard(len(prompts))
-        local = None
-        if sl.stop > sl.start:
-            with self.gathered():  # fsdp: whole layers while this rank decodes at its own pace
-                local = self.engine.generate(prompts[sl], n, sampling, generator, seeds=seeds[sl.start * n: sl.stop * n])
-            local.group = local.group + sl.start  # prompt ids of the global batch
-        parts = [b for b in self.world.gather(local) if b is not None]
-        return RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
-
-    def metrics(self) -> dict:
-        """The wrapped engine's; an engine that counts what each rank generated (episodes: rlx.envs) is given
-        the gather, so its counts cover the whole batch as one process's would. Every rank calls this."""
-        if getattr(self.engine, "gathers_metrics", False):
-            return self.engine.metrics(gather=self.world.gather)
-        return self.engine.metrics()
-
-
-class DataParallel:
-    """This rank's part of an update: which micro-batches it computes, the module its forward runs
-    through, and how its gradients meet the other ranks'. One process: every micro-batch, the policy
-    itself, nothing to reduce (bitwise the single-process update)."""
-
-    def __init__(self, policy, world: World, strategy: str = "ddp", device: torch.device | None = None):
-        self.world, self.strategy = world, strategy
-        self.decoder = None  # the update's forward goes through this (DDP wrapper) when set
-        self.loss_scale = 1.0
-        self._layers: list = []
-        self._extra: list[torch.nn.Parameter] = []
-        if not world.distributed:
-            return
-        from rlx.models.forward import causal_lm  # (a higher package, and heavy: only where a model is wrapped)
-
-        lm = causal_lm(policy)
-        inside = {id(q) for q in lm.model.parameters()}
-        # trainable tensors outside the decoder (a trainable head: full fine-tuning) are reduced by hand
-        self._extra = [q for q in policy.parameters() if q.requires_grad and id(q) not in inside]
-        if strategy == "ddp":
-            from torch.nn.parallel import DistributedDataParallel
-
-            ids = [device.index if device.index is not None else world.local_rank] if device is not None and device.type == "cuda" else None
-            import inspect
-
-            # buffers (packed quantized bases) are frozen replicas: never re-broadcast them every forward
-            quiet = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-                     else {"broadcast_buffers": False})
-            self.decoder = DistributedDataParallel(lm.model, device_ids=ids, **quiet)
-        elif strategy == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in lm.model.layers:  # embeddings, final norm and head stay whole (replicated)
-                fully_shard(layer)
-            self._layers = list(lm.model.layers)
-        else:
-            raise ValueError(f"trainer.strategy: '{strategy}' is not one of {list(STRATEGIES)}")
-        # DDP and FSDP average gradients over ranks; each rank's loss is its share of ONE global sum
-        # (the token weights come from the full batch), so the sum is what the single process computes
-        self.loss_scale = float(world.size)
-
-    def assign(self, micro: list) -> list[tuple[object, bool]]:
-        """(micro-batch, live) pairs for this rank: micro[rank::size], padded with dead repeats (loss x 0)
-        so every rank runs the same number of forwards and backwards (DDP's last synced backward and
-        FSDP's per-layer all-gathers are collectives)."""
-        if not self.world.distributed:
-            return [(mb, True) for mb in micro]
-        count = math.ceil(len(micro) / self.world.size)
-        mine = [(mb, True) for mb in micro[self.world.rank:: self.world.size]]
-        return mine + [(micro[0], False)] * (count - len(mine))
-
-    def backward(self, loss: torch.Tensor, live: bool) -> None:
-        """Backpropagate this rank's share of the global loss (scaled: DDP/FSDP average over ranks). A dead
-        repeat from `assign` backpropagates zero through its graph: the others' collectives, no gradient."""
-        (loss * (self.loss_scale if live else 0.0)).backward()
-
-    def sync_after(self, last: bool):
-        """DDP: gradients are all-reduced in the backward of the pass's last micro-batch only."""
-        if self.strategy == "ddp" and self.decoder is not None and not last:
-            return self.decoder.no_sync()
-        return nullcontext()
-
-    def reduce_grads(self) -> None:
-        """Reduce the gradients DDP/FSDP do not see (trainable tensors outside what they wrap) as they
-        reduce theirs: the mean over ranks of the loss_scale-scaled gradients, i.e. their sum unscaled."""
-        for q in self._extra:
-            if q.grad is None:
-                q.grad = torch.zeros_like(q)
-            self.world.all_reduce(q.grad).div_(self.loss_scale)
-
-    def reduce_stats(self, sums: dict[str, float], maxes: dict[str, float]) -> tuple[dict, dict]:
-        """Sums and maxes of per-rank statistics over ranks (metric accumulators, token counts)."""
-        if not self.world.distributed:
-            return sums, maxes
-        names = self.world.gather((sorted(sums), sorted(maxes)))  # a rank with no live micro-batch has none
-        ks, km = sorted({k for a, _ in names for k in a}), sorted({k for _, b in names for k in b})
-        s = self.world.all_reduce(torch.tensor([sums.get(k, 0.0) for k in ks], dtype=torch.float64))
-        m = self.world.all_reduce(torch.tensor([maxes.get(k, -math.inf) for k in km] + [0.0], dtype=torch.float64),
-                                  op="max")
-        return dict(zip(ks, s.tolist())), dict(zip(km, m.tolist()))
-
-    @contextmanager
-    def gathered(self):
-        """fsdp: every layer whole (all-gathered once) and kept whole through many forwards, so ranks
-        may decode different numbers of tokens; resharded after. Anything else: nothing to do."""
-        if not self._layers:
-            yield
-            return
-        for layer in self._layers:
-            layer.set_reshard_after_forward(False)
-            layer.unshard()
-        try:
-            yield
-        finally:
-            for layer in self._layers:
-                layer.reshard()
-                layer.set_reshard_after_forward(True)
-
-    # --- checkpoints: FSDP holds shards, a checkpoint holds whole tensors (collectives: every rank calls) ----
-    @property
-    def sharded(self) -> bool:
-        return bool(self._layers)
-
-    def gathered_trainable(self, policy) -> dict[str, torch.Tensor] | None:
-        """fsdp: the whole trainable tensors, by parameter name (what the adapter file holds); else None
-        (the checkpoint reads the module itself)."""
-        if not self.sharded:
-            return None
-        return {n: (q.full_tensor() if hasattr(q, "full_tensor") else q).detach().cpu()
-                for n, q in policy.named_parameters() if q.requires_grad}
-
-    def optimizer_state(self, policy, opt) -> dict:
-        """The optimizer's state to checkpoint (fsdp: gathered whole on rank 0, keyed by parameter name)."""
-        if not self.sharded:
-            return opt.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        return get_optimizer_state_dict(policy, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-    def load_optimizer_state(self, policy, opt, state: dict) -> None:
-        if not self.sharded:
-            opt.load_state_dict(state)
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        set_optimizer_state_dict(policy, opt, optim_state_dict=state, options=StateDictOptions(full_state_dict=True))
-
-    def checksum(self, policy, whole: dict[str, torch.Tensor] | None = None) -> float:
-        """A number that differs between ranks whose trainable weights differ (checked at every checkpoint).
-        `whole`: what gathered_trainable returned, when the caller has it (fsdp: gathered once, not twice)."""
-        whole = whole or self.gathered_trainable(policy) or {n: q for n, q in policy.named_parameters() if q.requires_grad}
-        total = torch.zeros((), dtype=torch.float64)
-        for i, name in enumerate(sorted(whole)):
-            total += (i + 1) * whole[name].detach().double().sum().cpu()
-        return float(total)
 
 
 def check_agreement(world: World, value: float, what: str) -> None:

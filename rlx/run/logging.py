@@ -155,7 +155,7 @@ class RunLogger:
             f.write(json.dumps(row) + "\n")
 
     def log_completions(self, rows: list[dict] | None, step: int) -> None:
-        """A completion table (rlx.run.completions): appended to completions.jsonl and logged to wandb as
+        """A completion table (rlx.algo.completions): appended to completions.jsonl and logged to wandb as
         `completions`. Size-bounded by logger.completions_max_mb: the file keeps the newest dumps (when
         a dump would pass the cap, the oldest are dropped until the file is at most half of it); wandb
         gets tables until their total reaches the cap (then none, said once: its history cannot shrink)."""

@@ -49,7 +49,7 @@ class Resumable:
     run_dir: Path
     ckpt: Checkpointer
     world: dist.World
-    dp: dist.DataParallel
+    dp: object  # the update's rlx.algo.data_parallel.DataParallel
     num_devices: int
     policy: torch.nn.Module
     opt: torch.optim.Optimizer
@@ -225,9 +225,8 @@ def config_changes(saved: dict | None, cfg) -> list[str]:
     from rlx.run.records import flatten
 
     if "env" not in saved:  # recorded before the env group existed: single-turn, i.e. env=none
-        from rlx.envs.config import EnvConfig
-
-        saved = {**saved, "env": OmegaConf.to_container(OmegaConf.structured(EnvConfig))}
+        # the env group's schema defaults, read from the composed config's own schema (rlx.envs.config)
+        saved = {**saved, "env": OmegaConf.to_container(OmegaConf.structured(OmegaConf.get_type(cfg.env)))}
     old, new = flatten(saved), flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(set(old) | set(new))
     unread = [prefix for prefix, (key, value) in UNREAD_UNLESS.items()  # e.g. an engine neither side runs

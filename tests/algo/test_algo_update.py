@@ -132,7 +132,8 @@ def test_mask_interrupted_drops_interrupted_rows_from_the_loss(setup):
 def test_dp_backward_scales_a_live_loss_and_zeroes_a_dead_repeat():
     """A live micro-batch backpropagates loss x loss_scale (N ranks: N, as DDP averages); a dead repeat the
     same graph times 0: every rank runs the same backwards, the repeat adds no gradient."""
-    from rlx.run.distributed import DataParallel, World
+    from rlx.algo.data_parallel import DataParallel
+    from rlx.run.distributed import World
 
     dp = DataParallel(torch.nn.Linear(1, 1), World())
     assert dp.loss_scale == 1.0  # one process

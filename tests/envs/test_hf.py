@@ -154,7 +154,8 @@ def test_the_update_never_trains_on_environment_tokens(served):
     from rlx.config import RLXConfig
     from rlx.run.config import TrainerConfig
     from rlx.run.device import resolve
-    from rlx.run.distributed import DataParallel, World
+    from rlx.algo.data_parallel import DataParallel
+    from rlx.run.distributed import World
 
     engine, policy, tok = served
     out = run_episodes(engine, echo(tok), PROMPTS, 2, SamplingParams(max_tokens=30), torch.Generator().manual_seed(1),

@@ -27,7 +27,8 @@ RANK = r"""
 import json, math, os, sys
 from datetime import timedelta
 import torch, torch.distributed as dist
-from rlx.run.distributed import DataParallel, World
+from rlx.algo.data_parallel import DataParallel
+from rlx.run.distributed import World
 
 rank = int(os.environ["RANK"])
 dist.init_process_group(sys.argv[1], timeout=timedelta(seconds=15))

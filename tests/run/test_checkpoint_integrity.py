@@ -135,7 +135,7 @@ def test_non_finite_weight_is_never_checkpointed(tmp_path, policy):
     name, q = [(n, q) for n, q in policy.named_parameters() if q.requires_grad][-1]
     with torch.no_grad():
         q.view(-1)[1] = float("inf")
-    from rlx.algo import NonFiniteError
+    from rlx.run.checkpoint import NonFiniteError
 
     with pytest.raises(NonFiniteError, match=rf"step 2: trainable parameter {re.escape(name)} has 1 non-finite"):
         ck.save(2, policy, {"step": 2})
@@ -230,7 +230,7 @@ def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_p
         return out
 
     monkeypatch.setattr(rlx.algo.Update, "__call__", blow_up)
-    from rlx.algo import NonFiniteError
+    from rlx.run.checkpoint import NonFiniteError
 
     with pytest.raises(NonFiniteError, match=r"step 3: trainable parameter (\S+) has 1 non-finite") as e:
         run_tiny(tmp_path, EASY + ["train.ckpt_every=1"])

@@ -208,7 +208,7 @@ def test_a_checkpoint_of_the_other_kind_or_another_model_is_refused_untouched(tm
 
 
 def test_a_non_finite_base_weight_is_never_checkpointed(tmp_path, plain):
-    from rlx.algo import NonFiniteError
+    from rlx.run.checkpoint import NonFiniteError
     from rlx.run.checkpoint import Checkpointer
 
     ck = Checkpointer(tmp_path / "ckpt")

@@ -76,7 +76,7 @@ def test_non_finite_loss_refuses_step_and_keeps_checkpoint(tmp_path, monkeypatch
 
     shutil.rmtree(tmp_path)
     monkeypatch.setattr(U, "policy_loss", poisoned)
-    from rlx.algo import NonFiniteError
+    from rlx.run.checkpoint import NonFiniteError
 
     with pytest.raises(NonFiniteError, match="step 3"):
         run_tiny(tmp_path, EASY + ["train.steps=4", "algo.micro_batch_size=64"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from rlx.algo.advantages import compute_advantages
+
 MAX_CELL_CHARS = 4000  # longer prompts / completions are cut (the cut is marked) so one row stays small
 
 
@@ -23,8 +25,6 @@ def completion_rows(cfg, step: int, examples, batch, per_fn: dict, rewards, pass
     every = cfg.logger.completions_every
     if every <= 0 or step % every != 0:
         return None
-    from rlx.algo import compute_advantages
-
     adv = compute_advantages(rewards, batch.group, cfg.algo)  # [N]
     n = min(cfg.logger.completions_rows, len(batch.texts))
     rows = []
