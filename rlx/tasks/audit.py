@@ -1,5 +1,5 @@
-"""`python -m rlx.tasks.audit [key=value ...] [--n 50] [--json OUT]` (rlx-audit): which known reward hacks a
-reward set pays for, checked before (and without) any model.
+"""Which known reward hacks a reward set pays for, checked before (and without) any model; the command is
+rlx-audit (rlx.eval.audit, above the config it composes).
 
 The config is composed from conf/ with Hydra overrides exactly as `rlx.train` composes it (`task=gsm8k
 task.train_path=... task.rewards={math_verify: 1.0}`), the task is built with `build_task` (its registered
@@ -50,15 +50,11 @@ evaluated: the hacks are built with Decimal arithmetic and scored as text.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import re
-import sys
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Callable
 
 from rlx.tasks.base import Example
@@ -456,104 +452,3 @@ def verdict_line(result: dict) -> str:
         return (f"rlx-audit: {len(result['paid'])} of {len(rated)} hack classes PAID ({', '.join(result['paid'])}): "
                 f"a policy can earn this reward without stating the answer")
     return f"rlx-audit: 0 of {len(rated)} hack classes paid: the reward set pays none of the audited hacks"
-
-
-# ---- the command ------------------------------------------------------------------------------------------------
-EPILOG = """examples:
-  rlx-audit task=gsm8k task.train_path=train.jsonl task.eval_path=test.jsonl
-  rlx-audit task=gsm8k task.train_path=... task.eval_path=... 'task.rewards={math_verify: 1.0}' --json audit.json
-  rlx-audit task=arith 'task.rewards={correct: 1.0, my_pkg.rewards:fmt: 0.1}' --n 20
-exit code: 0 no class paid, 1 some class paid, 2 the control (an honest correct answer) was not paid."""
-
-
-def parse_args(argv: list[str] | None):
-    ap = argparse.ArgumentParser(prog="rlx-audit", description="Which known reward hacks (expressions, hedges, "
-                                 "lists, conflicting answers, prompt echo, empty formats, unicode digits, nested "
-                                 "boxes, extreme length, negated, qualified and corrected answers) the configured reward set pays for; no model is built.",
-                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides composing the training config (task=..., "
-                    "task.rewards=..., task.train_path=...)")
-    ap.add_argument("--n", type=int, default=50, help="examples to audit (held-out first, then training; default 50)")
-    ap.add_argument("--json", default=None, help="also write the result as JSON to this file")
-    return ap.parse_args(argv)
-
-
-def task_label(overrides: list[str], cfg) -> str:
-    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("task=")]
-    return chosen[-1] if chosen else cfg.task.name
-
-
-def build(overrides: list[str]):
-    """(cfg, task) as training builds them, before any model; a refused input raises ValueError naming it."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    from rlx.eval.source import base_config
-    from rlx.tasks import build_task
-
-    bad = [o for o in overrides if "=" not in o]
-    if bad:
-        raise ValueError(f"{bad}: expected Hydra overrides key=value (e.g. task=gsm8k task.train_path=...)")
-    cfg = base_config(overrides)
-    try:
-        task = build_task(cfg.task)
-        chat_prompts = bool(cfg.model.get("chat_prompts", False))
-    except OmegaConfBaseException as e:  # a mandatory key left unset (???), a bad interpolation: named
-        raise ValueError(f"{e}".splitlines()[0]) from None
-    # chat prompts as training renders them (Task.render_chat, which needs the tokenizer): stated_answer's loose
-    # reading is on for them unless task.answer_phrase says otherwise
-    task.chat = chat_prompts or any(e.messages is not None for e in task.train + task.eval)
-    return cfg, task
-
-
-def close(task) -> None:
-    """The task's reward worker pools (math-verify, import-path functions): stopped, not left to exit."""
-    if task is None:
-        return
-    for pool in (task.verifier, task.user_rewards):
-        if pool is not None:
-            pool.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command: prints the table and returns the exit code (0 ok, 1 paid, 2 broken); a refused input
-    exits with `rlx-audit: error: ...` before anything is scored."""
-    from rlx.run.logging import write_text_atomic
-    from rlx.tasks.user_rewards import RewardFunctionError
-    from rlx.tasks.workers import WorkerSetupError
-
-    args = parse_args(argv)
-    task = None
-    try:
-        if args.n < 1:
-            raise ValueError(f"--n {args.n}: audit at least one example")
-        cfg, task = build(args.overrides)
-        examples = audited_examples(task, args.n)
-        if not examples:
-            raise ValueError("the task has no examples to audit")
-        result = {"task": task_label(args.overrides, cfg), "overrides": list(args.overrides),
-                  **audit(task, examples)}
-    except (ValueError, FileNotFoundError, RewardFunctionError, WorkerSetupError) as e:
-        raise SystemExit(f"rlx-audit: error: {e}") from None
-    finally:
-        close(task)
-    print(f"rlx-audit: task={result['task']} rewards={result['rewards']} examples={result['examples']} "
-          f"answer_phrase={result['answer_phrase']}")
-    print(table(result))
-    if result["reward_events"]:
-        print(f"rlx-audit: bounded-reward events while scoring (a timeout, a refused over-long input or a worker "
-              f"error scores 0): {result['reward_events']}")
-    print(verdict_line(result), flush=True)
-    code = 2 if result["control"]["verdict"] != "ok" else (1 if result["paid"] else 0)
-    result["exit_code"] = code
-    if args.json:
-        out = Path(args.json)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(out, json.dumps(result, indent=2, default=str, ensure_ascii=False) + "\n")
-        except OSError as e:
-            raise SystemExit(f"rlx-audit: error: --json {out}: {e}") from None
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

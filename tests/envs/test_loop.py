@@ -205,8 +205,8 @@ def test_calculator_episodes_on_vllm_in_stale_and_async_modes(tmp_path, monkeypa
 
 
 def test_the_episode_printer_runs_on_the_tiny_model(capsys, monkeypatch):
-    """`python -m rlx.envs`: episodes of held-out problems, printed with the environment's tokens marked."""
-    from rlx.envs.__main__ import main
+    """`python -m rlx.eval.episodes`: episodes of held-out problems, printed with the environment's tokens marked."""
+    from rlx.eval.episodes import main
     from rlx.envs.registry import ENVIRONMENTS
 
     monkeypatch.setitem(ENVIRONMENTS, "echo", "tests.envs.helpers:EchoEnv")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rlx.eval.audit import main as audit_main
 from rlx.tasks import audit as A
 from rlx.tasks.base import Example
 from rlx.tasks.stated import MAX_CHARS, numeric_gold, top_level_boxes
@@ -202,7 +203,7 @@ def test_stated_answer_refuses_every_generated_variant_under_both_readings(gold)
 
 # ---- the command over the shipped tasks ------------------------------------------------------------------------
 def _run(capsys, *args) -> tuple[int, str]:
-    code = A.main([*args])
+    code = audit_main([*args])
     return code, capsys.readouterr().out
 
 
@@ -216,7 +217,7 @@ def shipped(name: str, tmp_path_factory) -> tuple[int, str, dict]:
         n = "12" if name == "math" else "6"  # all 12 MATH golds: symbolic and numeric ones
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            code = A.main([f"task={name}", *DATA_FOR.get(name, []), "--n", n, "--json", str(out)])
+            code = audit_main([f"task={name}", *DATA_FOR.get(name, []), "--n", n, "--json", str(out)])
         _SHIPPED_RUNS[name] = code, printed.getvalue(), json.loads(out.read_text())
     return _SHIPPED_RUNS[name]
 
@@ -310,14 +311,14 @@ def test_chat_prompts_loose_reading_pays_nothing(tmp_path, capsys):
 ])
 def test_bad_input_is_refused_with_a_named_error(args, says):
     with pytest.raises(SystemExit, match=r"^rlx-audit: error: ") as e:
-        A.main(args)
+        audit_main(args)
     assert says in str(e.value.code)
 
 
 @pytest.mark.slow
 def test_the_command_exits_one_when_a_class_is_paid(tmp_path):
     out = tmp_path / "sub" / "audit.json"
-    p = subprocess.run([sys.executable, "-m", "rlx.tasks.audit", "task=gsm8k", *GSM8K,
+    p = subprocess.run([sys.executable, "-m", "rlx.eval.audit", "task=gsm8k", *GSM8K,
                         "task.rewards={math_verify: 1.0}", "--n", "2", "--json", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr

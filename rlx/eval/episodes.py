@@ -1,6 +1,6 @@
-"""Episodes of the configured environment on held-out problems, printed: `python -m rlx.envs [-n N] [overrides]`.
+"""Episodes of the configured environment on held-out problems, printed: `python -m rlx.eval.episodes [-n N] [overrides]`.
 
-    python -m rlx.envs -n 6 experiment=smollm2_wordproblems env=calculator   # SmolLM2 (vLLM) with the calculator
+    python -m rlx.eval.episodes -n 6 experiment=smollm2_wordproblems env=calculator   # SmolLM2 (vLLM) with the calculator
 
 Builds the policy as `rlx.train` would (the SFT base, no RL), the engine, and runs one episode per
 problem (`rollout.temperature`, `rollout.eval_max_new_tokens` or `max_new_tokens` as the budget). Prints
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     from rlx.run.device import autocast
     from rlx.tasks import build_task
 
-    ap = argparse.ArgumentParser(prog="python -m rlx.envs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m rlx.eval.episodes", description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=6, help="held-out problems (one episode each)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as for rlx.train")
     args = ap.parse_args(argv)
