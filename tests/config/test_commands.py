@@ -1,4 +1,5 @@
-"""Every `python -m` command of rlx is also a console command in pyproject.toml, and each target is callable."""
+"""Every `python -m` command of the rlx package is also a console command in pyproject.toml, and each target is
+callable. Benchmarks, studies and cross-checks live outside the package (benchmarks/, scripts/) and have none."""
 
 from __future__ import annotations
 
@@ -29,10 +30,16 @@ def _main_modules() -> set[str]:
 
 def test_every_python_m_command_has_a_console_script():
     targets = {t.split(":")[0] for t in SCRIPTS.values()}
-    bench = {f"rlx.bench.{t.split(':')[1]}" for t in SCRIPTS.values() if t.startswith("rlx.bench.commands:")}
-    covered = {t.removesuffix(".__main__").removesuffix(".cli") for t in targets} | targets | bench
+    covered = {t.removesuffix(".__main__").removesuffix(".cli") for t in targets} | targets
     assert _main_modules() - NO_SCRIPT <= covered
     assert {"rlx-train", "rlx-sweep", "rlx-report", "rlx-fit", "rlx-compare"} <= set(SCRIPTS)
+
+
+def test_console_scripts_are_package_commands_only():
+    """A console script of a module outside rlx/ would be installed by pip but fail to import there."""
+    assert {name: t for name, t in SCRIPTS.items() if not t.startswith("rlx.")} == {}
+    # the GPU check is a user command (docs/gpu.md), under its name and its earlier one
+    assert SCRIPTS["rlx-gpu-check"] == SCRIPTS["rlx-bench-gpu"] == "rlx.gpu_check:main"
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlx.bench.studies.next_trajectory import FakeLoraLinear
+from benchmarks.studies.next_trajectory import FakeLoraLinear
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -5,7 +5,7 @@ import torch
 
 from rlx.extrapolation import ExtrapolationConfig
 from rlx.extrapolation.predictor import decode_triplet, encode_triplet, train_predictor
-from rlx.bench.studies.next_trajectory import SmoothTrajectory, evaluate
+from benchmarks.studies.next_trajectory import SmoothTrajectory, evaluate
 
 F64 = torch.float64
 

@@ -1,5 +1,5 @@
 """rlx.sweeps.rule: the predictive decision rule by hand, and the synthetic acceptance through the real
-fitting code (rlx.bench.predictive)."""
+fitting code (benchmarks.predictive)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_classify_and_fit_arm_on_real_fits():
 # ---- (b) the synthetic acceptance -----------------------------------------------------------------
 
 def test_synthetic_arms_within_the_margin_are_never_stopped():
-    from rlx.bench.predictive import simulate
+    from benchmarks.predictive import simulate
 
     fig = simulate(n_scenarios=15, bootstrap=50, seed=1)
     print(fig.summary())
