@@ -4,7 +4,7 @@ Weights. vLLM holds its own copy of the base. `rollout.vllm.sync=merged` (the de
 full-precision base): `sync` merges the LoRA adapter into the base on the trainer side
 (W + scale * B A, in fp32, cast to the engine dtype) and reloads the weights in place through
 vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement (docs/engine.md,
-`python -m rlx.bench.vllm_sync`): both syncs take ~20 ms on the tiny model, but merged weights
+`python -m benchmarks.vllm_sync`): both syncs take ~20 ms on the tiny model, but merged weights
 sample with vLLM's plain dense kernels, 2.2x faster than with a LoRA request in every forward.
 `sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is how a
 quantized base keeps its packed form (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written

@@ -65,7 +65,7 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
         from rlx.run.logging import say
 
         say("[warn] trainer.dtype=bf16 on a CPU without bf16 instructions (avx512_bf16, amx_bf16): bf16 matmuls are emulated here, "
-            "several times slower than fp32 (`python -m rlx.bench.dtype` measures it; docs/lean.md); "
+            "several times slower than fp32 (`python -m benchmarks.dtype` measures it; docs/lean.md); "
             "trainer.dtype=auto would pick fp32 here")
     if cfg.threads < -1:
         raise ValueError(f"trainer.threads must be -1 (auto: the free cores, rlx.run.threads), 0 (torch's default) "
