@@ -29,7 +29,7 @@ def verdict(row: dict, by: str = "passed") -> bool:
         return gold is not None and read_stated(row["completion"]).value == gold
     if by in (row.get("readings") or {}):
         return bool(row["readings"][by]["passed"])
-    from rlx.eval.readings import read
+    from rlx.tasks.readings import read
 
     return bool(read([by], [row["completion"]], [row["gold"]])[by][0]["passed"])
 

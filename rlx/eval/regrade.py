@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rlx.eval.readings import FLEXIBLE, STRICT, read
+from rlx.tasks.readings import FLEXIBLE, STRICT, read
 from rlx.tasks.base import Example
 from rlx.tasks.stated import numeric_gold, read_stated
 

@@ -52,7 +52,7 @@ import re
 from collections import Counter, deque
 from decimal import Decimal, InvalidOperation
 
-from rlx.eval.readings import INVALID, flexible_extract, strict_match
+from rlx.tasks.readings import INVALID, flexible_extract, strict_match
 from rlx.tasks.stated import NUMBER, CONFLICT, HEDGE, answered_value, numeric_gold, read_stated, top_level_boxes
 
 UNSTATED, HEDGED, PROMPT_COPY = "train/hack/unstated", "train/hack/hedged", "train/hack/prompt_copy"

@@ -240,7 +240,7 @@ class BoundedVerifier:
         return out
 
     def score_text(self, pairs: list[tuple[str, str]]) -> list[float]:
-        """MATH's benchmark reading (rlx.eval.readings): math-verify's own extraction over the whole completion
+        """MATH's benchmark reading (rlx.tasks.readings): math-verify's own extraction over the whole completion
         (a `\\boxed{}` first), not the task's final-answer convention; bounded like `score`."""
         out: list[float] = [0.0] * len(pairs)
         asks, where = [], []
