@@ -1,9 +1,14 @@
-"""No import cycle in rlx/ (issue 26): the graph of every module's imports, read from the AST.
+"""No import cycle in rlx/ (issue 26) and its packages stack (issue 59): the graph of every module's
+imports, read from the AST.
 
 Every import counts, at module level or inside a function (a function-level import only hides a
 cycle until the function runs), and `from pkg import name` is an edge to `pkg.name` when that is a
 module, else to `pkg`. Importing `a.b.c` is an edge to `a.b.c` alone: the packages above it run
 first, but a package importing its own submodules is how packages are built, not a cycle.
+
+Packages stack in LAYERS' order: a package (or top-level module: rlx/train.py is `train`) imports only
+packages before it, at module level or inside a function; a function-level import is for a heavy optional
+dependency, never to hide an upward edge. A failure names the file and line of each import that runs up.
 """
 
 from __future__ import annotations
@@ -102,6 +107,54 @@ def describe(graph: dict[str, set[str]], comp: list[str]) -> str:
         path.append(nxt)
 
 
+# bottom to top (docs/README.md, "Layers"): run/ is plumbing; tasks own answers and their readings; the
+# SFT stage is inside models; eval holds the commands above the config they compose
+LAYERS = ("run", "tasks", "quant", "models", "noise", "algo", "rollout", "envs", "extrapolation", "scaling",
+          "config", "eval", "sweeps", "report", "train", "gpu_check")
+# the one edge that still runs up, until issue 59 step 3 (reports declared by their sweeps) removes it:
+# rlx/sweeps/cli.py calls rlx.report to tabulate a finished sweep
+KNOWN_UPWARD = {("sweeps", "report")}
+
+
+def package_imports(root: Path, package: str) -> list[tuple[str, int, str, str]]:
+    """(file, line, importing package, imported module) for every import of another of `package`'s packages,
+    module level and inside functions; `from pkg import name` reads `pkg.name`, so `from rlx import sft` is
+    an import of the package rlx.sft."""
+    out = []
+    for module, path in module_files(root, package).items():
+        parts = module.split(".")
+        if len(parts) < 2:  # the package's own __init__ sits under every layer
+            continue
+        rel, is_package = str(path.relative_to(root)), path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                src = _absolute(node, module, is_package)
+                names = [f"{src}.{alias.name}" for alias in node.names] if src == package else [src]
+            else:
+                continue
+            out += [(rel, node.lineno, parts[1], name) for name in names
+                    if name.split(".")[0] == package and len(name.split(".")) > 1 and name.split(".")[1] != parts[1]]
+    return sorted(out)
+
+
+def upward_imports(root: Path, package: str, layers: tuple[str, ...], known=frozenset()) -> list[str]:
+    """'file:line: a imports pkg.b.x, above it (a is layer i, b is layer j)' for every import that runs up
+    (or into a package missing from `layers`), `known` (importer, imported) pairs aside."""
+    floor = {name: i for i, name in enumerate(layers)}
+    bad = []
+    for rel, line, src, name in package_imports(root, package):
+        dst = name.split(".")[1]
+        if src not in floor or dst not in floor:
+            missing = src if src not in floor else dst
+            bad.append(f"{rel}:{line}: {package}.{missing} has no place in the layer order (add it to LAYERS)")
+        elif floor[dst] > floor[src] and (src, dst) not in known:
+            bad.append(f"{rel}:{line}: {src} imports {name}, above it ({src} is layer {floor[src]}, "
+                       f"{dst} is layer {floor[dst]})")
+    return bad
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -145,3 +198,26 @@ def test_rlx_has_no_import_cycle():
              for comp in cycles(graph)]
     assert not found, "import cycles in rlx/:\n" + "\n".join(found)
 
+
+
+def test_an_upward_import_inside_a_function_is_named_by_file_and_line(tmp_path):
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/low/__init__.py": "", "pkg/high/__init__.py": "from pkg.low import f\n",
+                      "pkg/low/a.py": "import os\n\ndef f():\n    from pkg.high import g\n    return g\n",
+                      "pkg/low/b.py": "from .. import high\n", "pkg/top.py": "import pkg.high.x\nfrom pkg import low\n"})
+    layers = ("low", "high", "top")
+    assert upward_imports(tmp_path, "pkg", layers) == [
+        "pkg/low/a.py:4: low imports pkg.high, above it (low is layer 0, high is layer 1)",
+        "pkg/low/b.py:1: low imports pkg.high, above it (low is layer 0, high is layer 1)"]
+    assert upward_imports(tmp_path, "pkg", layers, known={("low", "high")}) == []
+    assert upward_imports(tmp_path, "pkg", ("low", "top")) == [  # a package with no place is named too
+        "pkg/high/__init__.py:1: pkg.high has no place in the layer order (add it to LAYERS)",
+        "pkg/low/a.py:4: pkg.high has no place in the layer order (add it to LAYERS)",
+        "pkg/low/b.py:1: pkg.high has no place in the layer order (add it to LAYERS)",
+        "pkg/top.py:1: pkg.high has no place in the layer order (add it to LAYERS)"]
+
+
+def test_rlx_packages_stack():
+    assert len(package_imports(ROOT, "rlx")) > 100  # every package's imports were read
+    bad = upward_imports(ROOT, "rlx", LAYERS, KNOWN_UPWARD)
+    assert not bad, "imports from a lower package up into a higher one (LAYERS, bottom to top: " + \
+        " < ".join(LAYERS) + "):\n" + "\n".join(bad)
