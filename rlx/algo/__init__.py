@@ -1,4 +1,5 @@
-"""The RL objective: advantages, aggregation weights, policy losses, batch shaping, curriculum."""
+"""The RL objective: advantages, aggregation weights, policy losses, batch shaping, curriculum; the update
+and its data parallelism (policy_update, data_parallel); completion tables (completions)."""
 
 from rlx.algo.advantages import ADV_NORMS, compute_advantages, group_mean_std
 from rlx.algo.aggregation import AGGREGATIONS, token_weights
