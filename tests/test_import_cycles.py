@@ -118,8 +118,8 @@ KNOWN_UPWARD = {("sweeps", "report")}
 
 def package_imports(root: Path, package: str) -> list[tuple[str, int, str, str]]:
     """(file, line, importing package, imported module) for every import of another of `package`'s packages,
-    module level and inside functions; `from pkg import name` reads `pkg.name`, so `from rlx import sft` is
-    an import of the package rlx.sft."""
+    module level and inside functions; `from pkg import name` reads `pkg.name`, so `from rlx import models` is
+    an import of the package rlx.models."""
     out = []
     for module, path in module_files(root, package).items():
         parts = module.split(".")
