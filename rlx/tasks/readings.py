@@ -4,7 +4,7 @@ A run is scored the way its benchmark is scored, whatever reward it trained on:
 
 - `strict-match` and `flexible-extract` are lm-evaluation-harness's two GSM8K filters (lm_eval/tasks/
   gsm8k/gsm8k.yaml, v0.4.13), reproduced here and cross-checked against lm-eval's own filter and
-  metric (tests/eval/test_lm_eval_check.py) and on real completions (docs/eval.md): strict takes the
+  metric (tests/scripts/test_lm_eval_check.py) and on real completions (docs/eval.md): strict takes the
   FIRST match of `#### (-?[0-9.,]+)` (lm-eval's regex filter keeps match 0, though the number after the
   last `####` is how it is often described; note the one space after `####`), flexible the LAST match of
   `(-?[$0-9.,]{2,})|(-?[0-9]+)`; no match reads as "[invalid]". Both are then compared with the gold by

@@ -1,5 +1,5 @@
 """lm-eval's GSM8K readings as rlx reproduces them (rlx.tasks.readings), with hand-worked values; the
-cross-check against lm-eval's own code is tests/eval/test_lm_eval_check.py."""
+cross-check against lm-eval's own code is tests/scripts/test_lm_eval_check.py."""
 
 import pytest
 
