@@ -5,7 +5,7 @@ sigmoid fitted on the first half of each run's compute, judged on the second hal
 
     python -m rlx.report DIR --layout smollm2_gsm8k [--base PATH]
 
-The three readings of the same greedy completions (rlx.eval.readings, docs/eval.md): the task's own verdict
+The three readings of the same greedy completions (rlx.tasks.readings, docs/eval.md): the task's own verdict
 (`val/acc`, the stated-number rule its rewards pay), lm-eval's GSM8K `strict-match` and `flexible-extract`.
 Per-problem verdicts come from RUN/eval/step_N/completions.jsonl (training's evaluations write them since commit
 efb75a8); a run started before that has none for step 0, and `--base` (a completions.jsonl, or a directory holding
