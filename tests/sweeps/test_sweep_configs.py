@@ -38,7 +38,7 @@ def validate(cfg) -> None:
 def test_the_five_paper_tables_have_a_sweep_file():
     assert SWEEP_NAMES == ["mini_next", "mini_qerl", "mini_scalerl", "next_table", "qerl_speed", "qerl_table1",
                            "scalerl_loo", "scalerl_losses", "scalerl_offpolicy", "smollm2_next", "smollm2_qerl",
-                           "smollm2_qerl_tuned", "smollm2_tune", "smollm2_wordproblems"]
+                           "smollm2_qerl_tuned", "smollm2_scalerl", "smollm2_tune", "smollm2_wordproblems"]
 
 
 TUNING = {"smollm2_tune": "smollm2_wordproblems"}  # a tuning sweep -> the sweep that runs its choice on 3 seeds
