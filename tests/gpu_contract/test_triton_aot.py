@@ -16,7 +16,7 @@ pytest.importorskip("triton.backends.nvidia")
 HOPPER, BLACKWELL = 90, 100
 
 
-def _compile(tmp_path, monkeypatch, fmt: str, dtype: str, block_m: int, split_k: bool = False, arch: int = HOPPER):
+def compile_for(tmp_path, monkeypatch, fmt: str, dtype: str, block_m: int, split_k: bool = False, arch: int = HOPPER):
     """The kernel compiled to a cubin for `arch`, with the constexprs quant_matmul passes for this case."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -56,24 +56,24 @@ def test_launch_sizes_match_what_is_compiled_here():
     "fmt, dtype", [("nvfp4", "bf16"), ("nvfp4", "fp16"), ("nvfp4", "fp32"), ("nf4", "bf16"), ("mxfp4", "bf16")]
 )
 def test_64_row_tiles_compile_for_hopper(fmt, dtype, tmp_path, monkeypatch):
-    compiled = _compile(tmp_path, monkeypatch, fmt, dtype, block_m=64)
+    compiled = compile_for(tmp_path, monkeypatch, fmt, dtype, block_m=64)
     if dtype != "fp32":  # the half-precision dots take Hopper's warp-group MMA, unlike 16-row tiles
         assert "warp_group_dot" in compiled.asm["ttgir"]
 
 
 def test_16_row_tiles_take_the_other_mma_path(tmp_path, monkeypatch):
-    compiled = _compile(tmp_path, monkeypatch, "nvfp4", "bf16", block_m=16)
+    compiled = compile_for(tmp_path, monkeypatch, "nvfp4", "bf16", block_m=16)
     assert "warp_group_dot" not in compiled.asm["ttgir"]
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "nf4"])
 def test_split_k_decode_compiles_for_hopper(fmt, tmp_path, monkeypatch):
-    _compile(tmp_path, monkeypatch, fmt, "bf16", block_m=16, split_k=True)
+    compile_for(tmp_path, monkeypatch, fmt, "bf16", block_m=16, split_k=True)
 
 
 @pytest.mark.parametrize("block_m", [16, 64])
 def test_bf16_compiles_for_blackwell(block_m, tmp_path, monkeypatch):
-    _compile(tmp_path, monkeypatch, "nvfp4", "bf16", block_m=block_m, arch=BLACKWELL)
+    compile_for(tmp_path, monkeypatch, "nvfp4", "bf16", block_m=block_m, arch=BLACKWELL)
 
 
 # an addptr whose offsets are one per row ([R, 1]): row index * row stride
@@ -85,7 +85,7 @@ FLAT_SCALE_OFFSET = re.compile(r"%s_raw\w* = tt\.addptr .*, tensor<\d+x\d+x(i\d+
 def test_row_offsets_are_64_bit(fmt, tmp_path, monkeypatch):
     """x, the packed weight and the output are addressed through int64 row offsets (nf4's flat scale
     index row * K + column too): with int32 they wrap once M*K, M*N or N*K reaches 2^31."""
-    ttir = _compile(tmp_path, monkeypatch, fmt, "bf16", block_m=64).asm["ttir"]
+    ttir = compile_for(tmp_path, monkeypatch, fmt, "bf16", block_m=64).asm["ttir"]
     widths = ROW_OFFSET.findall(ttir)
     assert len(widths) >= 3, ttir  # x, packed weight, output
     assert set(widths) == {"i64"}, widths

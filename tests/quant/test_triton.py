@@ -69,31 +69,9 @@ def test_kernel_choice():
     [("nvfp4", "bf16"), ("nf4", "fp16"), pytest.param("mxfp4", "fp32", marks=pytest.mark.slow)],
 )
 def test_kernel_compiles_for_hopper(fmt, dtype, tmp_path, monkeypatch):
-    """Ahead-of-time compile to an sm_90 cubin (no GPU needed): catches GPU-only lowering errors."""
+    """Ahead-of-time compile to an sm_90 cubin (no GPU needed): catches GPU-only lowering errors. 16-row tiles;
+    tests/gpu_contract/test_triton_aot.py compiles the 64-row, split-K and sm_100 variants."""
     pytest.importorskip("triton.backends.nvidia")
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from tests.gpu_contract.test_triton_aot import compile_for
 
-    from rlx.quant import triton_kernels as tk
-
-    kernel = tk._quant_matmul_kernel
-    if not hasattr(kernel, "arg_names"):
-        pytest.skip("kernel was built in interpreter mode")
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    fmt_id, group, high_first, flat_scale = tk._FORMAT_IDS[fmt]
-    pointers = {"x_ptr": dtype, "packed_ptr": "u8", "scale_ptr": "fp32" if fmt == "nf4" else "u8",
-                "gscale_ptr": "fp32", "lut_ptr": "fp32", "bias_ptr": dtype, "out_ptr": dtype}
-    signature = {name: f"*{t}" for name, t in pointers.items()}
-    constants = dict(FMT=fmt_id, GROUP=group, HIGH_FIRST=high_first, FLAT_SCALE=flat_scale, HAS_BIAS=True,
-                     UPCAST_DOT=dtype == "fp32", BF16=dtype == "bf16", SPLIT_K=False, BLOCK_M=16, BLOCK_N=64,
-                     BLOCK_KH=32)
-    signature.update({name: "constexpr" for name in constants})
-    # M, N, K, the K range and the strides
-    signature.update({name: "i32" for name in kernel.arg_names if name not in signature})
-    signature = {name: signature[name] for name in kernel.arg_names}  # in the kernel's argument order
-    source = ASTSource(
-        fn=kernel, signature=signature, constexprs={(kernel.arg_names.index(k),): v for k, v in constants.items()}
-    )
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
-    assert len(compiled.asm["cubin"]) > 0
+    compile_for(tmp_path, monkeypatch, fmt, dtype, block_m=16)
