@@ -6,17 +6,14 @@ accumulation order), or a GPU run's activations change dtype at every quantized 
 in the Triton interpreter on the CPU; `_use_triton`, rlx's own probe of whether x is on CUDA, is the
 one stub. The interpreter mode is fixed at import, hence a child process."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests.quant.interpret import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 AUTOCAST = textwrap.dedent(
     """
@@ -50,7 +47,4 @@ AUTOCAST = textwrap.dedent(
 
 
 def test_triton_path_returns_the_autocast_dtype_like_the_torch_path():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", AUTOCAST], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and "AUTOCAST_OK" in proc.stdout, proc.stderr[-3000:]
+    run_interpreted(AUTOCAST, "AUTOCAST_OK")

@@ -5,17 +5,14 @@ tensor: the interpreter, which computes offsets in numpy int32 exactly as the GP
 The input is a strided view of a storage of 2^31 + 2^22 bf16 elements (4 GiB of address space) of
 which only the three touched rows are ever written, so the test needs a few pages of memory."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests.quant.interpret import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 PAST_2_31 = textwrap.dedent(
     """
@@ -43,7 +40,4 @@ PAST_2_31 = textwrap.dedent(
 
 
 def test_rows_past_2_31_elements_are_read_where_they_lie():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", PAST_2_31], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and "OFFSETS_OK" in proc.stdout, (proc.returncode, proc.stderr[-3000:])
+    run_interpreted(PAST_2_31, "OFFSETS_OK")

@@ -3,17 +3,14 @@ dozen programs for 100+ SMs, so K is split into ranges whose fp32 partial sums t
 order. Checked in the Triton interpreter against the one-pass kernel and the torch path; the choice of
 split is checked with `_sm_count`, rlx's own probe of the GPU, stubbed."""
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests.quant.interpret import run_interpreted
+
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 SPLIT = textwrap.dedent(
     """
@@ -45,10 +42,7 @@ SPLIT = textwrap.dedent(
 
 
 def test_split_k_matches_one_pass_and_torch_in_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", SPLIT], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and "SPLIT_OK" in proc.stdout, proc.stderr[-3000:]
+    run_interpreted(SPLIT, "SPLIT_OK")
 
 
 def test_split_only_for_decode_on_cuda(monkeypatch):

@@ -3,17 +3,13 @@
 The interpreter mode is fixed when a kernel is decorated, so the checks run in a child process.
 """
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton")
+from tests.quant.interpret import run_interpreted
 
-ROOT = Path(__file__).resolve().parents[2]
+pytest.importorskip("triton")
 
 CHECKS = textwrap.dedent(
     """
@@ -46,11 +42,7 @@ CHECKS = textwrap.dedent(
 
 
 def test_triton_kernel_matches_torch_path_in_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", CHECKS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0 and "TRITON_OK" in result.stdout, result.stderr[-3000:]
+    run_interpreted(CHECKS, "TRITON_OK")
 
 
 def test_kernel_choice():
