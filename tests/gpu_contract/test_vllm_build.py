@@ -37,7 +37,9 @@ def test_a_cuda_trainer_beside_the_cpu_build_is_refused_before_any_model(monkeyp
     assert not (tmp_path / "cache").exists()
 
 
-def test_both_builds_are_refused_and_the_gpu_build_alone_passes():
+def test_both_builds_are_refused_and_the_gpu_build_alone_passes(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
     class Trainer:
         device = "cuda"
 
