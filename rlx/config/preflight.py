@@ -5,11 +5,11 @@ non-finite or out-of-range numbers (rlx.config.limits), then converts each group
 (`convert`), whose own checks run then (rlx/<package>/config.py: one place per group), and keeps here
 only the rules that read more than one group: full fine-tuning against quant / extrapolation / engine /
 strategy, the shared prefix against gradient checkpointing, what N torchrun ranks cannot do, the
-engine against the model and the quant format, and the dtype a vLLM engine's GPU kernels take. It builds nothing heavy: a typo costs a second.
+engine against the model and the quant format, and the dtype a vLLM engine's GPU kernels take. It builds
+nothing heavy: a typo costs a second.
 """
 
 from __future__ import annotations
-
 
 import torch
 
