@@ -8,6 +8,7 @@ state round trip without the loop.
 import pytest
 
 from tests.conftest import read_metrics, run_tiny, strip_timing
+from tests.faults import fail_overrides
 
 # a setting where the tiny policy gets reward (so the LoRA moves) before the jump at step 4
 LEARNS = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=150",
@@ -31,7 +32,7 @@ def test_next_in_loop_resume_across_the_jump_equals_uninterrupted(tmp_path):
     assert jump["extrap/jump_sigma_mean"] > 0
 
     crashed = tmp_path / "crashed"
-    with pytest.raises(RuntimeError, match="fail_at_step"):
-        run_tiny(crashed, NEXT + ["train.fail_at_step=4"])  # last checkpoint: step 2, before the jump
+    with pytest.raises(RuntimeError, match="forced failure"):
+        run_tiny(crashed, NEXT + fail_overrides(4))  # last checkpoint: step 2, before the jump
     run_tiny(crashed, NEXT)
     assert strip_timing(read_metrics(crashed)) == strip_timing(ref)

@@ -3,6 +3,7 @@
 import pytest
 
 from tests.conftest import read_metrics, run_tiny, strip_timing
+from tests.faults import fail_overrides
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60",
         "train.steps=4", "train.eval_every=2", "train.ckpt_every=1", "quant=nvfp4"]
@@ -25,6 +26,6 @@ def test_noise_sequence_identical_after_resume(tmp_path):
     run_tiny(ref, EASY + AQN)
     run = tmp_path / "resumed"
     with pytest.raises(RuntimeError, match="forced failure"):
-        run_tiny(run, EASY + AQN + ["train.fail_at_step=3"])
+        run_tiny(run, EASY + AQN + fail_overrides(3))
     run_tiny(run, EASY + AQN)
     assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(ref))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlx.train import TIMING_PREFIXES
+from tests.faults import fail_overrides
 
 # micro_batch_size 6 over 5 prompts x 8 completions: 7 micro-batches, so both ranks compute (4 + 3, one dead)
 ARGS = ["logger=disabled", "trainer.threads=1", "trainer.dtype=fp32",  # fp32 on every CPU kind: the float noise below
@@ -181,7 +182,7 @@ def test_kill_9_of_two_ranks_then_rerun_resumes(ddp_run, tmp_path):
 def test_a_rank_that_raises_ends_the_run_with_its_rank_named(tmp_path):
     d = tmp_path / "fail"
     t0 = time.time()
-    out = _run(2, d, f"train.steps={STEPS}", "train.fail_at_step=3", "train.fail_rank=1", check=False, timeout=300)
+    out = _run(2, d, f"train.steps={STEPS}", *fail_overrides(3, rank=1), check=False, timeout=300)
     elapsed = time.time() - t0
     assert out.returncode != 0
     err = out.stderr

@@ -7,13 +7,14 @@ import pytest
 from rlx.run.lock import LOCK
 
 from tests.conftest import read_metrics, run_tiny
+from tests.faults import fail_overrides
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
 
 
 def test_rerun_before_the_first_checkpoint_logs_each_step_once_and_keeps_the_old_rows(tmp_path):
-    with pytest.raises(RuntimeError, match="fail_at_step"):  # a crash at step 3, before any checkpoint
-        run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=4", "train.fail_at_step=3"])
+    with pytest.raises(RuntimeError, match="forced failure"):  # a crash at step 3, before any checkpoint
+        run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=4"] + fail_overrides(3))
     first = read_metrics(tmp_path)
     assert [r["step"] for r in first] == [0, 1, 2] and not (tmp_path / "ckpt").exists()
     run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=4"])
@@ -198,8 +199,8 @@ def test_a_resumed_runs_wall_time_counts_its_earlier_process(tmp_path, monkeypat
 
     monkeypatch.setattr(rlx.train, "_base_accuracy", slow_base_accuracy)
     t0 = time.time()
-    with pytest.raises(RuntimeError, match="fail_at_step"):  # checkpoint at step 2, crash at step 3
-        run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=2", "train.fail_at_step=3"])
+    with pytest.raises(RuntimeError, match="forced failure"):  # checkpoint at step 2, crash at step 3
+        run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=2"] + fail_overrides(3))
     first = time.time() - t0
     monkeypatch.setattr(rlx.train, "_base_accuracy", base_accuracy)
     t0 = time.time()

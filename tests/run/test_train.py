@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, TINY, kill_and_rerun, read_metrics, run_tiny, strip_timing
+from tests.faults import fail_overrides
 
 # fp32 on every CPU kind (trainer.dtype=auto picks bf16 on one with bf16 instructions): the sampling streams
 # below were chosen in fp32 (in bf16, seed 0's 8 steps drew no rewarded sample)
@@ -121,7 +122,7 @@ def test_wandb_offline_resume_keeps_run_id(tmp_path, monkeypatch):
     over = EASY + ["logger.mode=offline", "logger.project=rlx-test", "logger.tags=[t1]", "train.steps=3",
                    "train.ckpt_every=1"]
     with pytest.raises(RuntimeError, match="forced failure"):
-        run_tiny(tmp_path, over + ["train.fail_at_step=3"])
+        run_tiny(tmp_path, over + fail_overrides(3))
     failed = json.loads((tmp_path / "summary.json").read_text())
     assert failed["status"] == "failed" and failed["wandb_run_id"]
     s = run_tiny(tmp_path, over)

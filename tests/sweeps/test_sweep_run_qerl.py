@@ -6,6 +6,7 @@ import pytest
 
 from rlx import report as R
 from rlx.run.records import read_metrics
+from tests.faults import fail_overrides
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.report.test_report import table_row
 
@@ -59,16 +60,16 @@ def test_report_renders_the_table_and_curves_of_a_real_sweep(qerl_sweep, capsys)
 def test_a_failing_arm_does_not_stop_the_others_and_is_marked_failed(tmp_path):
     # lora_nvfp4_aqn dies while building (noise.sigma_end=0 is rejected by AQN's geometric schedule, which
     # only AQN arms build; every arm accepts the value itself), lora_nvfp4
-    # hits train.fail_at_step=2 mid-run, base_none (0 steps) finishes after both.
+    # is forced to fail at step 2 (tests/faults.py), base_none (0 steps) finishes after both.
     # launched as a real `python -m rlx.train -m ...` process: the sweep survives its failing jobs
     run_sweep("qerl_table1", tmp_path, SMOKE + BATCH + [
-        "qerl_arm=lora_nvfp4_aqn,lora_nvfp4,base_none", "seed=0", "train.fail_at_step=2", "noise.sigma_end=0"],
+        "qerl_arm=lora_nvfp4_aqn,lora_nvfp4,base_none", "seed=0", *fail_overrides(2), "noise.sigma_end=0"],
         in_process=False)
     aqn, lora, base = job_dirs(tmp_path)
     assert not (aqn / "metrics.jsonl").exists()  # died before its first evaluation
     assert summary(aqn) is None or summary(aqn)["status"] == "failed"
     s = summary(lora)
-    assert s["status"] == "failed" and "fail_at_step=2" in s["error"]
+    assert s["status"] == "failed" and "forced failure" in s["error"]
     assert [r["step"] for r in read_metrics(lora)] == [0, 1]
     s = summary(base)
     assert s["status"] == "finished" and s["steps"] == 0 and s["val/acc"] == s["val/acc_base"]
