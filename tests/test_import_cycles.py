@@ -111,9 +111,8 @@ def describe(graph: dict[str, set[str]], comp: list[str]) -> str:
 # SFT stage is inside models; eval holds the commands above the config they compose
 LAYERS = ("run", "tasks", "quant", "models", "noise", "algo", "rollout", "envs", "extrapolation", "scaling",
           "config", "eval", "sweeps", "report", "train", "gpu_check")
-# the one edge that still runs up, until issue 59 step 3 (reports declared by their sweeps) removes it:
-# rlx/sweeps/cli.py calls rlx.report to tabulate a finished sweep
-KNOWN_UPWARD = {("sweeps", "report")}
+# no edge may run up (rlx/sweeps/cli.py runs `python -m rlx.report` as the next command, not as an import)
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def package_imports(root: Path, package: str) -> list[tuple[str, int, str, str]]:

@@ -50,9 +50,13 @@ class RLXConfig:
         default=None,
         metadata={"help": "free-form notes carried by paper-scale experiment files"},
     )
+    report: Any = field(
+        default=None,
+        metadata={"help": "the report a sweep or experiment file declares (rlx.report.spec); training ignores it"},
+    )
 
 
-FREE_FORM = {"paper"}  # top-level keys whose contents the schema does not describe
+FREE_FORM = {"paper", "report"}  # top-level keys whose contents the schema does not describe
 
 
 def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:

@@ -129,7 +129,7 @@ def _resolved(node):
 def check_numbers(cfg) -> None:
     """NaN / inf and out-of-range numbers, refused naming the key (`paper:` notes are not settings)."""
     for key, v in numbers(cfg):
-        if key.split(".")[0] in ("paper", "hydra"):
+        if key.split(".")[0] in ("paper", "report", "hydra"):
             continue
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"{key} must be a finite number, got {v}")

@@ -13,16 +13,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlx.report",
                                      description="a sweep's results in its paper's layout, with the published numbers")
     parser.add_argument("sweep_dir", type=Path, help="a sweep directory (job directories at any depth)")
-    parser.add_argument("--layout", choices=layout_names(), help="default: from the jobs' logger.group")
+    parser.add_argument("--layout", choices=layout_names(),
+                        help="the sweep or experiment whose report: block to use (default: the block the jobs' "
+                             "configs carry, else the file named by their logger.group)")
+    parser.add_argument("--spec", type=Path, default=None,
+                        help="a YAML file with a report: block (rlx.report.spec), instead of --layout")
     parser.add_argument("--out", default="report.md", help="file name inside SWEEP_DIR (default report.md)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--base", type=Path, default=None,
-                        help="smollm2_gsm8k: the step-0 per-problem file (a completions.jsonl, a run's eval/step_0, "
+                        help="a report of kind runs: the step-0 per-problem file (a completions.jsonl, a run's eval/step_0, "
                              "or the run) for runs without their own eval/step_0; checked against each run's step-0 "
                              "val/*")
     args = parser.parse_args(argv)
     try:
-        md, pngs, doc = build(args.sweep_dir, args.layout, plots=not args.no_plots, base=args.base)
+        md, pngs, doc = build(args.sweep_dir, args.layout, plots=not args.no_plots, base=args.base,
+                              spec_file=args.spec)
     except ValueError as err:
         parser.error(str(err))
     out = args.sweep_dir / args.out

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from rlx.run.records import Run
+from rlx.sweeps.spec import arm_axis, arm_settings
 
 METRIC, LAST = "train/reward/mean", 20
 
@@ -64,8 +65,6 @@ def _fmt(lr: float) -> str:
 def expected_grid(sweep: str) -> dict[str, list[float]]:
     """{arm: its lrs} of a tuning sweep file whose arm files are named `<arm>_lr<lr>` (sweeps/<sweep>.yaml's arm
     axis, each file's algo.lr): the grid a choice needs, launched or not. {} for a sweep without such files."""
-    from rlx.sweeps.spec import arm_axis, arm_settings
-
     key, files = arm_axis(sweep)
     if not key:
         return {}
@@ -204,3 +203,32 @@ def stage2_command(choices: dict[str, Choice], sweep: str, arm_key: str, stage2_
     arms = ",".join(c.arm_choice for c in choices.values())
     return " ".join(["python -m rlx.sweeps", sweep, "hydra/launcher=joblib", "trainer.threads=1",
                      shlex.quote(f"hydra.sweep.dir={stage2_dir}"), f"seed={seeds}", f"{arm_key}={arms}"])
+
+
+def stages(jobs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(stage 1: seed 0, the lr sweep; stage 2: every other seed, fresh runs at the chosen lrs)."""
+    return [j for j in jobs if j.seed == 0], [j for j in jobs if j.seed != 0]
+
+
+def at_chosen_lr(arms: dict[str, list[Run]], sweep: str) -> tuple[dict[str, list[Run]], dict]:
+    """({arm: the runs its tables count}, the choices) of a two-stage tuning sweep (sweeps/<sweep>.yaml). The
+    choice is stage 1's (seed 0 over the sweep file's whole grid), or, in a stage-2 directory alone, the one lr
+    each arm ran at. An arm's tables count its stage-2 runs at the chosen lr when it has any (seed 0 was
+    selected for its training reward, so it is never one of them), else its stage-1 run at the chosen lr; an
+    arm still undecided is left out."""
+    jobs = [j for js in arms.values() for j in js]
+    first, second = stages(jobs)
+    if first:
+        choices = select(first, lambda j: j.arm, arm_key=arm_axis(sweep)[0], expected=expected_grid(sweep))
+    else:
+        choices = select(second, lambda j: j.arm, arm_key=arm_axis(sweep)[0])
+    kept = {}
+    for arm, js in arms.items():
+        later = [j for j in js if j.seed != 0]
+        lrs = {lr_of(j) for j in later}
+        if later and not first and len(lrs) == 1:
+            kept[arm] = later  # stage 2 alone: its one lr, finished or not
+        elif arm in choices and choices[arm].decided:
+            pool = later or [j for j in js if j.seed == 0]
+            kept[arm] = [j for j in pool if lr_of(j) == choices[arm].lr]
+    return {a: js for a, js in kept.items() if js}, choices

@@ -198,9 +198,9 @@ def jump_effect_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> lis
                         "paired difference (points)"], rows))
 
 
-def smollm2_next_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
-    """The NExt tables plus the claim seed by seed (the real-model sweep, issue 44). Plain RL is named by the
-    runs' algorithm (the recipe's CISPO, not the paper's GRPO), NExt's arms by their extending coefficient."""
+def next_per_seed_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
+    """The NExt tables plus the claim seed by seed. Plain RL is named by the runs' algorithm (a recipe's CISPO
+    is not the paper's GRPO), NExt's arms by their extending coefficient."""
     algos = sorted({str(j.get("algo.name", "?")).upper() for j in jobs}) or ["?"]
     baseline = f"{'/'.join(algos)}-LoRA"
     labels = {**papers()["next"]["labels"], "none_n": f"{baseline}, N steps", "none_long": f"{baseline}, 1.6N steps"}

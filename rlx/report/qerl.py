@@ -12,7 +12,6 @@ from rlx.report.tables import (
     summary_value,
 )
 from rlx.run.records import Run
-from rlx.sweeps.spec import arm_axis
 
 FORMATS = ("none", "nf4", "mxfp4", "nvfp4")
 
@@ -32,12 +31,12 @@ def infer_qerl(j: Run) -> str:
     return f"{kind}_{j.get('quant.format', 'none')}" + (f"_{noise}" if noise != "none" else "")
 
 
-def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], sweep: str = "qerl_table1",
-                row: str = "rlx tiny (this sweep)", sixteen_bit: str = "the unquantized base (fp32 for the tiny model)",
-                order: list[str] | None = None, pairs: tuple = None) -> list[str]:
-    """Table 1 over the arms of sweeps/<sweep>.yaml (or `order`) and the base columns of their formats, the
-    paper's rows beside ours; then the entropy table, the paired arms (`pairs`, default PAIRS) and AQN's
-    per-seed windows."""
+def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], order: list[str], row: str = "rlx tiny (this sweep)",
+                sixteen_bit: str = "the unquantized base (fp32 for the tiny model)", full_ft: bool = False,
+                pairs: tuple = None) -> list[str]:
+    """Table 1 over the arms in `order` and the base columns of their formats, the paper's rows beside ours
+    (full_ft: the paper's full fine-tuning column, which rlx does not run); then the entropy table, the paired
+    arms (`pairs`, default PAIRS) and AQN's per-seed windows."""
     paper = papers()["qerl"]
     labels = paper["labels"]
     # a "no RL" row is the step-0 evaluation (identical to val/acc when train.steps=0); when the sweep
@@ -46,10 +45,9 @@ def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], sweep: str = "qerl_
     for fmt in FORMATS:
         src = arms.get(f"base_{fmt}") or arms.get(f"lora_{fmt}") or arms.get(f"lora_{fmt}_aqn") or []
         base_of[fmt] = (src, f"base_{fmt}" in arms)
-    order = tuple(order) if order is not None else arm_axis(sweep)[1]
     lora = [a for a in order if not a.startswith("base_")]
     bases = [a for a in order if a.startswith("base_")] or list(dict.fromkeys(f"base_{base_format(a)}" for a in lora))
-    cols = bases + (["full_ft"] if sweep == "qerl_table1" else []) + lora
+    cols = bases + (["full_ft"] if full_ft else []) + lora
     header = ["model"] + [labels.get(c, c) for c in cols]
     ours = []
     for c in cols:

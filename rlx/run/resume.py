@@ -135,7 +135,7 @@ def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: 
 RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.log_every", "train.progress",
                      "train.resume", "train.fail_at_step", "train.fail_rank", "logger.", "trainer.threads", "trainer.device",
                      "trainer.dist_timeout_s",
-                     "model.cache_dir", "paper",
+                     "model.cache_dir", "paper", "report",
                      "rollout.server.placement",  # where local servers run, as trainer.device
                      "trainer.malloc_mmap_threshold_mb",  # where freed blocks go: no value changes
                      "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads

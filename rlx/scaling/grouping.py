@@ -91,7 +91,7 @@ def pool(series: list[Series]) -> tuple[np.ndarray, np.ndarray, float | None]:
 # Config keys that do not define a recipe: any key with a `seed` part (run seed, data seed), and
 # analysis/bookkeeping settings (prefixes).
 NOT_RECIPE_PREFIXES = (
-    "logger.", "scaling.", "paper", "hydra.", "model.cache_dir", "train.progress", "trainer.threads", "trainer.device",
+    "logger.", "scaling.", "paper", "report", "hydra.", "model.cache_dir", "train.progress", "trainer.threads", "trainer.device",
     "train.resume", "train.log_every", "train.ckpt_every", "train.fail_at_step",
 )
 

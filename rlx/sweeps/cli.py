@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_report:
         print(f"[sweep] report: python -m rlx.report {sweep_dir}")
         return 0
-    from rlx.report import main as report_main  # matplotlib and the layouts: only when a report is written
-
-    return report_main([sweep_dir])
+    # the report is the next command, as a user would run it (rlx.report sits above rlx.sweeps: it reads the
+    # sweep files)
+    return subprocess.run([sys.executable, "-m", "rlx.report", str(sweep_dir)]).returncode
 

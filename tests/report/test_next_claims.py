@@ -1,4 +1,4 @@
-"""NExt's claim seed by seed on the real-model sweep (rlx.report.next.paired_tables / smollm2_next_tables): the
+"""NExt's claim seed by seed on the real-model sweep (rlx.report.next.paired_tables / next_per_seed_tables): the
 paired differences, their verdicts and the steps saved, on hand-made runs with hand-computed values."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlx.report.next import jump_effect_table, jump_effects, paired_tables, smollm2_next_tables, step_savings
+from rlx.report.next import jump_effect_table, jump_effects, paired_tables, next_per_seed_tables, step_savings
 from rlx.run.records import Run
 
 
@@ -84,7 +84,7 @@ def test_an_unfinished_run_is_left_out_of_the_pairs(arms):
 
 def test_the_sweep_tables_name_plain_rl_by_its_algorithm_and_nexts_by_alpha(arms):
     arms["next_alpha0.5"] = [run(s, {0: 0.1, 50: 0.3}, alpha=0.5) for s in (0, 1, 2)]
-    md = smollm2_next_tables(arms, [j for js in arms.values() for j in js])
+    md = next_per_seed_tables(arms, [j for js in arms.values() for j in js])
     text = "\n".join(md)
     assert "CISPO-LoRA, 1.6N steps" in text and "GRPO-LoRA" not in text
     saved = md[md.index("| method | steps saved (%) |"):]  # the steps-saved table (the first table has the arm too)

@@ -12,8 +12,11 @@ import yaml
 
 from rlx.report import main
 from rlx.report.build import build
-from rlx.report.gsm8k import TRAIN_REWARD, predictability, title
+from rlx.report.predict import TRAIN_REWARD, predictability
+from rlx.report.runs import title
 from rlx.run.records import read_run
+
+TITLE = "SmolLM2-135M on {task}{env} ({start})"  # conf/experiment/smollm2_gsm8k.yaml's report title
 
 N = 10  # problems in the held-out set
 # per-problem pass flags (problem i passes iff i is listed), per reading: task's (passed), strict, flexible
@@ -162,7 +165,7 @@ def test_a_base_that_is_not_the_runs_start_is_refused(tmp_path):
         build(tmp_path, "smollm2_gsm8k", plots=False, base=wrong)
     with pytest.raises(ValueError, match="no completions.jsonl there"):
         build(tmp_path, "smollm2_gsm8k", plots=False, base=tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="--base is for the smollm2_gsm8k layout"):
+    with pytest.raises(ValueError, match="--base is for a report of kind runs"):
         build(tmp_path, "smollm2_wordproblems", plots=False, base=wrong)
     with pytest.raises(SystemExit):  # the command line: a usage error naming the reason
         main([str(tmp_path), "--layout", "smollm2_gsm8k", "--no-plots", "--base", str(wrong)])
@@ -266,14 +269,14 @@ def _configured(root: Path, name: str, config: dict):
 def test_the_title_says_what_the_runs_are(tmp_path):
     # the GSM8K recipe: task=file on GSM8K's files, an SFT warm start
     gsm = {"task": {"name": "file", "train_path": "../shared/data/gsm8k/train.jsonl"}, "model": {"sft": {"data": "x"}}}
-    assert title([_configured(tmp_path, "g", gsm)]) == "SmolLM2-135M on real GSM8K (SFT, then RL)"
+    assert title(TITLE, [_configured(tmp_path, "g", gsm)]) == "SmolLM2-135M on real GSM8K (SFT, then RL)"
     # the word problems from the pretrained model, one with the calculator environment
     wp = {"task": {"name": "wordproblems"}, "model": {"sft": {"data": None}}, "env": {"name": "none"}}
     calc = {**wp, "env": {"name": "calculator"}}
-    assert title([_configured(tmp_path, "w", wp)]) == "SmolLM2-135M on rlx's word problems (RL from the pretrained model)"
-    assert title([_configured(tmp_path, "c", calc)]) == ("SmolLM2-135M on rlx's word problems, env=calculator "
+    assert title(TITLE, [_configured(tmp_path, "w", wp)]) == "SmolLM2-135M on rlx's word problems (RL from the pretrained model)"
+    assert title(TITLE, [_configured(tmp_path, "c", calc)]) == ("SmolLM2-135M on rlx's word problems, env=calculator "
                                                           "(RL from the pretrained model)")
-    mixed = title([_configured(tmp_path, "g2", gsm), _configured(tmp_path, "w2", wp)])
+    mixed = title(TITLE, [_configured(tmp_path, "g2", gsm), _configured(tmp_path, "w2", wp)])
     assert mixed == "SmolLM2-135M on real GSM8K / rlx's word problems (some runs from an SFT warm start)"
 
 

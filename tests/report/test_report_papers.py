@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import yaml
 
-from rlx.report.build import LAYOUTS
+import pytest
+
+from rlx.report import spec as specs
+from rlx.report.build import load_spec
 from rlx.report.sweeps import papers
-from rlx.sweeps.spec import arm_axis, arm_settings
+from rlx.sweeps.spec import arm_axis, arm_settings, available
 from tests.conftest import CONF
 
 
-def test_each_layouts_arms_are_its_sweep_files_axis():
-    assert {name: arm_axis(name)[0] for name in LAYOUTS} == {
+def _spec(name: str):
+    return load_spec([], layout=name)
+
+
+def test_every_sweep_declares_a_report_that_validates():
+    assert set(available()) <= set(specs.available())
+    assert {name: _spec(name).arm_key for name in available()} == {
         "qerl_table1": "qerl_arm", "qerl_speed": "quant", "next_table": "next_arm", "scalerl_losses": "algo",
         "scalerl_loo": "loo_arm", "scalerl_offpolicy": "offpolicy_arm",
         "mini_qerl": "qerl_arm", "mini_next": "mini_next_arm", "mini_scalerl": "algo",
@@ -19,10 +27,35 @@ def test_each_layouts_arms_are_its_sweep_files_axis():
         "smollm2_tune": None,  # sweeps algo.lr, no config group: its arm is the job's setting
         "smollm2_qerl": "qerl_arm",
         "smollm2_qerl_tuned": "qerl_tuned_arm",  # an arm file per (arm, lr); the report's arm is read from the config
-        "smollm2_next": "smollm2_next_arm"}
-    # a calibrated mini testbed renders with its paper sweep's tables
+        "smollm2_next": "smollm2_next_arm", "smollm2_scalerl": "smollm2_scalerl_arm"}
+    assert _spec("smollm2_qerl_tuned").arm_from == "config"
+    assert _spec("smollm2_gsm8k").kind == "runs"  # conf/experiment/smollm2_gsm8k.yaml: runs no sweep launched
+    # a calibrated mini testbed renders with its paper sweep's sections
     for mini, paper in [("mini_qerl", "qerl_table1"), ("mini_next", "next_table"), ("mini_scalerl", "scalerl_losses")]:
-        assert (LAYOUTS[mini].tables, LAYOUTS[mini].infer) == (LAYOUTS[paper].tables, LAYOUTS[paper].infer)
+        a, b = _spec(mini), _spec(paper)
+        assert ([s for s, _ in a.sections], a.infer, a.labels) == ([s for s, _ in b.sections], b.infer, b.labels)
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"title": "t", "sections": ["no_such"]}, "unknown section 'no_such'"),
+    ({"title": "t", "sections": [{"accuracy": {"heading": "x", "colour": 1}}]}, "section accuracy: .*colour"),
+    ({"title": "t", "sections": ["next"], "arm": {"infer": "nope"}}, "'infer' one of"),
+    ({"title": "t", "sections": ["next"], "labels": "paper:nope"}, "papers.yaml has no nope.labels"),
+    ({"title": "t", "sections": ["next"], "tables": []}, r"unknown key\(s\) \['tables'\]"),
+    ({"sections": ["next"]}, "needs a title"),
+    ({"title": "t", "kind": "runs", "sections": ["accuracy"]}, "unknown section 'accuracy'"),
+])
+def test_a_bad_report_block_is_refused_by_name(tmp_path, block, message):
+    f = tmp_path / "mine.yaml"
+    f.write_text(yaml.safe_dump({"report": block}))
+    with pytest.raises(ValueError, match=message):
+        load_spec([], spec_file=f)
+
+
+def test_report_spec_arms_and_labels():
+    s = _spec("scalerl_loo")
+    assert s.arms == list(arm_axis("scalerl_loo")[1]) and s.labels == papers()["scalerl"]["loo_labels"]
+    assert _spec("smollm2_qerl_tuned").arms == ["lora_none", "lora_nvfp4", "lora_nvfp4_aqn", "lora_nf4"]
     assert set(arm_axis("mini_next")[1]) <= set(papers()["next"]["labels"]) | {"none_n", "none_long", "next"}
     assert arm_axis("scalerl_losses")[1] == ("grpo", "dapo", "cispo", "gspo", "scalerl")
     # every arm of an arm group has a file, and every labelled arm is an arm of its sweep
