@@ -103,6 +103,47 @@ def tripwire_note(entry: LrScore) -> str:
     return out
 
 
+def score_run(entry: LrScore, j: Run, metric: str, last: int) -> None:
+    """Add run `j` to its lr's entry: its score, -inf if it failed or diverged, or why it has none yet."""
+    entry.runs.append(j)
+    if j.failed:
+        entry.scores[j.seed] = -math.inf
+        entry.notes.append(f"seed {j.seed}: failed ({j.error[:80]}), scored as the worst")
+        return
+    if not j.ok:
+        entry.missing.append(f"seed {j.seed}: {j.status}")
+        return
+    value = last_mean(j, metric, last)
+    if value is not None and not math.isfinite(value):
+        entry.scores[j.seed] = -math.inf
+        entry.notes.append(f"seed {j.seed}: {metric} not finite (diverged), scored as the worst")
+    elif value is None:
+        logged = int((j.series(metric)[0] >= 1).sum())
+        entry.missing.append(f"seed {j.seed}: {logged} of {last} steps of {metric} logged")
+    else:
+        entry.scores[j.seed] = value
+
+
+def choice_reason(lrs: list[LrScore], best: LrScore, metric: str, last: int) -> str:
+    """Why `best` won: its score against the others, ties, a grid edge, failed runs and the tripwires."""
+    others = ", ".join(f"{s.score:.4f} at {_fmt(s.lr)}" for s in lrs if s is not best)
+    seeds = sorted({str(sd) for s in lrs for sd in s.scores})
+    why = (f"lr {_fmt(best.lr)}: mean {metric} over the last {last} steps {best.score:.4f}"
+           + (f", against {others}" if others else " (the only lr run)")
+           + f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
+    tied = len(lrs) > 1 and sum(s.score == best.score for s in lrs) > 1
+    if tied and all(s.score == best.score for s in lrs):
+        why += (f"; every lr scored {best.score:.4f}: the smaller lr by the tie rule, which the data do not "
+                f"support over the others" + (" (no training reward at any lr)" if best.score == 0 else ""))
+    elif tied:
+        why += "; tied: the smaller lr"
+    elif len(lrs) > 2 and best.lr in (lrs[0].lr, lrs[-1].lr):
+        why += "; at the edge of the grid: a wider grid may find a better lr that way"
+    for s in lrs:
+        why += "".join(f"; lr {_fmt(s.lr)} {n}" for n in s.notes)
+    return why + tripwire_note(best)
+
+
 def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,
            arm_key: str | None = None, expected: dict[str, list[float]] | None = None) -> dict[str, Choice]:
     """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order, then expected
@@ -116,26 +157,8 @@ def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, 
     grouped: dict[str, dict[float, LrScore]] = {}
     for j in jobs:
         lr = lr_of(j)
-        if lr is None:
-            continue
-        entry = grouped.setdefault(arm_of(j), {}).setdefault(lr, LrScore(lr))
-        entry.runs.append(j)
-        if j.failed:
-            entry.scores[j.seed] = -math.inf
-            entry.notes.append(f"seed {j.seed}: failed ({j.error[:80]}), scored as the worst")
-            continue
-        if not j.ok:
-            entry.missing.append(f"seed {j.seed}: {j.status}")
-            continue
-        value = last_mean(j, metric, last)
-        if value is not None and not math.isfinite(value):
-            entry.scores[j.seed] = -math.inf
-            entry.notes.append(f"seed {j.seed}: {metric} not finite (diverged), scored as the worst")
-        elif value is None:
-            logged = int((j.series(metric)[0] >= 1).sum())
-            entry.missing.append(f"seed {j.seed}: {logged} of {last} steps of {metric} logged")
-        else:
-            entry.scores[j.seed] = value
+        if lr is not None:
+            score_run(grouped.setdefault(arm_of(j), {}).setdefault(lr, LrScore(lr)), j, metric, last)
     for arm, lrs in (expected or {}).items():
         by_lr = grouped.setdefault(arm, {})
         for lr in lrs:
@@ -151,22 +174,7 @@ def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, 
             out[arm] = Choice(arm, lrs, None, why)
             continue
         best = max(lrs, key=lambda s: (s.score, -s.lr))  # the highest score; a tie goes to the smaller lr
-        others = ", ".join(f"{s.score:.4f} at {_fmt(s.lr)}" for s in lrs if s is not best)
-        seeds = sorted({str(sd) for s in lrs for sd in s.scores})
-        why = (f"lr {_fmt(best.lr)}: mean {metric} over the last {last} steps {best.score:.4f}"
-               + (f", against {others}" if others else " (the only lr run)")
-               + f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
-        tied = len(lrs) > 1 and sum(s.score == best.score for s in lrs) > 1
-        if tied and all(s.score == best.score for s in lrs):
-            why += (f"; every lr scored {best.score:.4f}: the smaller lr by the tie rule, which the data do not "
-                    f"support over the others" + (" (no training reward at any lr)" if best.score == 0 else ""))
-        elif tied:
-            why += "; tied: the smaller lr"
-        elif len(lrs) > 2 and best.lr in (lrs[0].lr, lrs[-1].lr):
-            why += "; at the edge of the grid: a wider grid may find a better lr that way"
-        for s in lrs:
-            why += "".join(f"; lr {_fmt(s.lr)} {n}" for n in s.notes)
-        why += tripwire_note(best)
+        why = choice_reason(lrs, best, metric, last)
         arm_choice = None
         if arm_key:
             values = {r.override(arm_key) or r.choices.get(arm_key) for r in best.runs} - {None}
