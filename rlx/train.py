@@ -31,6 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from rlx.algo import Shaping, Update, mismatch_split
 from rlx.run.device import DeviceSpec, seed_everything
 from rlx.run import distributed as dist
+from rlx.run.callbacks import Callbacks
 from rlx.run.checkpoint import Checkpointer
 from rlx.algo.completions import completion_rows
 from rlx.algo.data_parallel import DataParallel
@@ -95,6 +96,7 @@ class Parts:
     state: RunState = field(default_factory=RunState)  # step resumed after, run id, compute so far
     tripwires: TripwireMonitor | None = None  # the hack tripwires' moving means (rlx.tasks.tripwires): [warn] lines
     signal: SignalMonitor | None = None  # steps in a row without a group that differs (rlx.rollout.metrics): [warn]
+    callbacks: Callbacks = field(default_factory=Callbacks)  # train.callbacks (rlx.run.callbacks)
 
     def compute_now(self) -> dict:
         return self.state.compute_now(self.trainer.num_devices)
@@ -104,6 +106,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     """Every part of the run; `trainer` is what `check(cfg)` returned when the caller already ran it."""
     trainer = trainer or check(cfg)
     world = world or dist.World()
+    callbacks = Callbacks(cfg.train.callbacks)  # a bad import path fails before anything is built
     ckpt = Checkpointer(Path(run_dir) / "ckpt")
     if cfg.train.resume == "never" and ckpt.steps():
         raise ValueError(f"train.resume=never but {ckpt.root} holds checkpoints {ckpt.steps()}: starting over "
@@ -131,7 +134,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     p = Parts(cfg, Path(run_dir), trainer, task, policy, tok, None, None, opt, sched,
               noise=noise, extrap=build_extrapolator(cfg.extrapolation, cfg.train.steps), curriculum=shaping.curriculum,
               gen=torch.Generator().manual_seed(cfg.seed), sampling=sampling, n_params=count_params(policy),
-              world=world, dp=dp, ref_policy=ref_policy, shaping=shaping,
+              world=world, dp=dp, ref_policy=ref_policy, shaping=shaping, callbacks=callbacks,
               evaluate=Evaluator(task, cfg.rollout, sampling, cfg.seed, world, cfg.train.progress, Path(run_dir) / "eval"),
               update=Update.from_config(cfg, trainer, sched, train_noise=noise if cfg.noise.apply_in_train_forward
                                           else None, ref_policy=ref_policy, algo=shaping.algo))
@@ -287,8 +290,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
             from tqdm import tqdm
             progress = tqdm(total=cfg.train.steps, initial=p.state.start_step, desc="rl", dynamic_ncols=True)
         for step in range(p.state.start_step + 1, cfg.train.steps + 1):
-            if step == cfg.train.fail_at_step and cfg.train.fail_rank in (-1, world.rank):
-                raise RuntimeError(f"train.fail_at_step={step}: forced failure on rank {world.rank} (testing aid)")
+            p.callbacks.on_step_start(step, world)
             m, rows, consumed = _step(p, step, threads)
             logger.log(m, step=step)
             logger.log_completions(rows, step)
@@ -298,6 +300,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
             if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
                 p.state.run_id = logger.run_id
                 p.checkpoint.save(step, p.state)
+            p.callbacks.on_step_end(step, m, world)
         summary.update(finish_summary(run_dir, cfg, p.compute_now()) if world.is_main
                        else {"status": "finished", "val/acc": last_acc})
         exit_code = 0

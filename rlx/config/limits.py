@@ -84,7 +84,7 @@ RANGES: list[tuple[str, Range]] = [
     ("scaling.n_cmid", COUNT), ("scaling.min_points", Range(2)),
     ("logger.completions_rows", COUNT), ("logger.completions_max_mb", POSITIVE),
     ("train.eval_every", COUNT), ("train.ckpt_every", COUNT), ("train.log_every", COUNT),
-    ("train.fail_at_step", Range(-1)), ("train.fail_rank", Range(-1)),  # -1 = off
+    ("train.callbacks.*", ANY),  # a callback's own arguments: the callback checks them
     ("trainer.threads", Range(-1)),  # -1 = the cores other processes leave free, 0 = every core
     ("trainer.dist_timeout_s", POSITIVE),
 ]

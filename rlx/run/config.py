@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 LOGGER_MODES = ("offline", "online", "disabled")  # logger.mode (rlx.run.logging)
 
@@ -84,13 +84,10 @@ class TrainConfig:
         metadata={"help": "a [warn] line in train.log when no sampled group has had differing rewards for this many "
                           "steps in a row (no gradient from the reward: rlx.rollout.metrics.SignalMonitor); 0 = off"},
     )
-    fail_at_step: int = field(
-        default=-1,
-        metadata={"help": "testing aid: raise at this step (simulates a crash of one sweep arm)"},
-    )
-    fail_rank: int = field(
-        default=-1,
-        metadata={"help": "testing aid under torchrun: only this rank raises at fail_at_step (-1 = every rank)"},
+    callbacks: list[Any] = field(
+        default_factory=list,
+        metadata={"help": "objects called at each step's start and end: Hydra _target_ configs or dotted class paths "
+                          "(rlx.run.callbacks)"},
     )
 
     def __post_init__(self) -> None:

@@ -92,7 +92,7 @@ def pool(series: list[Series]) -> tuple[np.ndarray, np.ndarray, float | None]:
 # analysis/bookkeeping settings (prefixes).
 NOT_RECIPE_PREFIXES = (
     "logger.", "scaling.", "paper", "report", "hydra.", "model.cache_dir", "train.progress", "trainer.threads", "trainer.device",
-    "train.resume", "train.log_every", "train.ckpt_every", "train.fail_at_step",
+    "train.resume", "train.log_every", "train.ckpt_every", "train.callbacks",
 )
 
 

@@ -137,7 +137,7 @@ def test_the_walk_reaches_every_kind_of_numeric_field():
     assert {"seed", "model.sft.lr", "model.lora.dropout", "task.rewards.correct", "task.eval.own.n",
             "rollout.stop_token_ids.0", "rollout.vllm.kv_cache_gb", "rollout.interrupt.answer_tokens",
             "algo.lr", "noise.sigma_start", "extrapolation.extend_at.0", "scaling.confidence",
-            "logger.completions_max_mb", "train.fail_at_step", "trainer.dist_timeout_s"} <= keys
+            "logger.completions_max_mb", "train.no_signal_steps", "trainer.dist_timeout_s"} <= keys
     assert len(keys) > 100
 
 
