@@ -11,6 +11,7 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlx.report.fits import predictions, seed_fits
 from rlx.report.lr_choice import at_chosen_lr, selection_table, stages
 from rlx.report.next import infer_next, next_per_seed_tables, next_tables
 from rlx.report.pretrained import infer_engine, infer_setting, pretrained_tables
@@ -132,6 +133,8 @@ SECTIONS = {
     "lr_choice": lr_choice,
     "claims": claims,
     "why": why,
+    "predictions": predictions,
+    "seed_fits": seed_fits,
     "blank": lambda ctx: [""],
 }
 
