@@ -321,7 +321,7 @@ def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec,
 
 def _readings_text(m: dict) -> str:
     """The benchmark's readings beside the task's verdict (rlx.tasks.readings): ' (strict-match 0.010, ...)'."""
-    from rlx.tasks.readings import READINGS
+    from rlx.tasks.answers.readings import READINGS
 
     found = [f"{r} {m[f'val/{r}']:.3f}" for r in READINGS if f"val/{r}" in m]
     return f" ({', '.join(found)})" if found else ""

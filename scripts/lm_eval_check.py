@@ -34,7 +34,7 @@ import string
 import sys
 from pathlib import Path
 
-from rlx.tasks.readings import FLEXIBLE, STRICT, exact_match, read
+from rlx.tasks.answers.readings import FLEXIBLE, STRICT, exact_match, read
 
 READINGS = (STRICT, FLEXIBLE)
 TASK_NAME = "rlx_gsm8k"

@@ -217,7 +217,7 @@ def _scored(task, examples, texts, cut: list | None = None) -> tuple[list[bool],
 def _readings(task, examples, texts) -> dict:
     """The benchmark's readings of these completions: fixed by the benchmark (task.readings, else by the
     golds), never by the training reward."""
-    from rlx.tasks.readings import read, readings_for
+    from rlx.tasks.answers.readings import read, readings_for
 
     return read(readings_for(examples, task.cfg.get("readings")), texts, [e.answer for e in examples])
 

@@ -31,7 +31,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from rlx.eval.metrics import vote_key
-from rlx.tasks.readings import FLEXIBLE, INVALID, normalized
+from rlx.tasks.answers.readings import FLEXIBLE, INVALID, normalized
 
 MIN_SHARE = 0.15  # of the problems: one answer given less often is no pattern on a 100-problem set
 OVER_GOLD = 2  # given to at least this many times as many problems as it is the gold of

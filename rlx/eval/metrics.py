@@ -7,7 +7,7 @@ samples of each prompt, extracts each one's final answer with the task's own ext
 (rlx.tasks.answers.final_answer: what the `correct` reward compares), and scores the most frequent
 answer (ties: the one that appears first; an empty answer is no vote) by the pass flag of the first
 sample that gave it. Answers are compared by `vote_key`: without surrounding spaces, markdown emphasis
-and a trailing full stop (rlx.tasks.verify.unwrap), and a plain numeral (`18`, `-3.50`, `1,000`, `.5`,
+and a trailing full stop (rlx.tasks.answers.unwrap), and a plain numeral (`18`, `-3.50`, `1,000`, `.5`,
 `36/2`) by its exact value, so `18`, `18.0`, ` 18 `, `**18**` and `36/2` are one answer. Only plain
 numerals are read, by a regular expression and Fraction (never eval): `1e1`, `2+8` and `0x0A` stay text. mean@n is the mean pass rate over all n samples (the expected pass@1).
 """
@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from fractions import Fraction
 
-from rlx.tasks.verify import unwrap
+from rlx.tasks.answers import unwrap
 
 # a plain decimal numeral (thousands commas in whole groups only) or a fraction of two whole numbers
 _DECIMAL = re.compile(r"^[-+]?(?:[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+)?(?:\.[0-9]+)?$", re.ASCII)

@@ -23,13 +23,13 @@ def verdict(row: dict, by: str = "passed") -> bool:
     if by == "passed":
         return bool(row["passed"])
     if by == "stated":
-        from rlx.tasks.stated import numeric_gold, read_stated
+        from rlx.tasks.answers.stated import numeric_gold, read_stated
 
         gold = numeric_gold(row["gold"])
         return gold is not None and read_stated(row["completion"]).value == gold
     if by in (row.get("readings") or {}):
         return bool(row["readings"][by]["passed"])
-    from rlx.tasks.readings import read
+    from rlx.tasks.answers.readings import read
 
     return bool(read([by], [row["completion"]], [row["gold"]])[by][0]["passed"])
 

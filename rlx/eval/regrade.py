@@ -15,9 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from rlx.tasks.readings import FLEXIBLE, STRICT, read
+from rlx.tasks.answers.readings import FLEXIBLE, STRICT, read
 from rlx.tasks.base import Example
-from rlx.tasks.stated import numeric_gold, read_stated
+from rlx.tasks.answers.stated import numeric_gold, read_stated
 
 
 def _rows(path: Path) -> list[dict]:

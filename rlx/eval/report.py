@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlx.eval.guess import answer_spread
 from rlx.eval.metrics import set_metrics
-from rlx.tasks.readings import FLEXIBLE
+from rlx.tasks.answers.readings import FLEXIBLE
 from rlx.tasks.answers import final_answer
 
 

@@ -58,7 +58,7 @@ from decimal import Decimal
 from typing import Callable
 
 from rlx.tasks.base import Example
-from rlx.tasks.stated import MAX_CHARS, numeric_gold
+from rlx.tasks.answers.stated import MAX_CHARS, numeric_gold
 
 OTHER = "1729"  # the other answer next to a symbolic gold (no MATH answer that is not a plain number equals it)
 NAME = "Grace"

@@ -161,7 +161,7 @@ def _check_task(t: TaskConfig) -> None:
         if not ok:
             raise ValueError(f"{key} {why}; got {value!r}")
     if t.readings is not None:
-        from rlx.tasks.readings import READINGS
+        from rlx.tasks.answers.readings import READINGS
 
         bad = [r for r in t.readings if r not in READINGS]
         if bad:

@@ -40,7 +40,8 @@ def several_answers(completion: str) -> bool:
     """Whether the completion gives more than one final answer: `####` parts that differ, boxes that differ,
     or a box inside a box (`\\boxed{5 \\boxed{4}}`), so a reward that reads the last one cannot be paid by
     listing candidates. A completion over MAX_CHARS counts too (it is not read)."""
-    from rlx.tasks.stated import MAX_CHARS, top_level_boxes
+    from rlx.tasks.answers import top_level_boxes
+    from rlx.tasks.answers.stated import MAX_CHARS
 
     if len(completion) > MAX_CHARS:
         return True
@@ -86,7 +87,7 @@ def stated_answer_batch(completions: list[str], examples, loose: bool = True,
     verifier's bounded worker pool, after the same refusals of hedges and conflicting answers). `truncated`
     (per completion; None: not known): a completion the token budget stopped is read strictly
     (rlx.tasks.stated.read_stated)."""
-    from rlx.tasks.stated import numeric_gold, read_stated
+    from rlx.tasks.answers.stated import numeric_gold, read_stated
     from rlx.tasks.verify import default_verifier, symbolic_refusal
 
     out = [0.0] * len(completions)

@@ -52,8 +52,9 @@ import re
 from collections import Counter, deque
 from decimal import Decimal, InvalidOperation
 
-from rlx.tasks.readings import INVALID, flexible_extract, strict_match
-from rlx.tasks.stated import NUMBER, CONFLICT, HEDGE, answered_value, numeric_gold, read_stated, top_level_boxes
+from rlx.tasks.answers import top_level_boxes
+from rlx.tasks.answers.readings import INVALID, flexible_extract, strict_match
+from rlx.tasks.answers.stated import NUMBER, CONFLICT, HEDGE, answered_value, numeric_gold, read_stated
 
 UNSTATED, HEDGED, PROMPT_COPY = "train/hack/unstated", "train/hack/hedged", "train/hack/prompt_copy"
 PROMPT_COPY_BASE, REWARDED, HASH_LINE = "train/hack/prompt_copy_base", "train/hack/rewarded", "train/format/hash_line"

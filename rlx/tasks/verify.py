@@ -12,7 +12,7 @@ scores 0 when it has none. The gold answer is parsed as one expression too. A fi
 the gold string scores 1 without math-verify.
 
 Before any of that, the final answer loses a sentence's full stop and markdown emphasis wrapped around
-it (`unwrap`: `**18**`, `__18__`, `*18*`, `_18_`, `***18***.` -> `18`; SmolLM2's chat output bolds its
+it (rlx.tasks.answers.unwrap: `**18**`, `__18__`, `*18*`, `_18_`, `***18***.` -> `18`; SmolLM2's chat output bolds its
 answers), only as matching wrappers at both ends: `1_000` and `2*3*4` are left alone.
 
 Percent signs (`PERCENT`): `#### 33%` for GSM8K's gold 33 ("what percent ...?") is the number asked for,
@@ -33,7 +33,8 @@ from __future__ import annotations
 import os
 import re
 
-from rlx.tasks.answers import final_answer
+from rlx.tasks.answers import final_answer, top_level_boxes, unwrap
+from rlx.tasks.answers.stated import CONFLICT, HEDGE, NEGATED, QUALIFIED, TOO_LONG
 from rlx.tasks.workers import WorkerPool, cap_memory, serve  # noqa: F401  (cap_memory re-exported)
 
 MAX_CHARS = 20_000  # longer completions are not parsed (scored 0)
@@ -44,9 +45,6 @@ _TEXT_GROUP = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{[^{}]*\}")  # \text{ap
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _LATEX = re.compile(r"[\\{}^_]")
-# markdown emphasis: a run of * and _ at each end, mirrored (**x**, _x_, **_x_**), no space inside the markers
-_EMPHASIS = re.compile(r"^([*_]+)([^\s*_](?:.*[^\s*_])?)([*_]+)$", re.S)
-_FULL_STOP = re.compile(r"\.\s*$")  # a sentence's full stop ("#### 6.")
 _PERCENT = re.compile(r"\s*\\?%$")  # 33% or LaTeX's 33\%
 _WHOLE_NUMBER = re.compile(r"^[-+]?(?:[0-9]+|[0-9]{1,3}(?:,[0-9]{3})+)$", re.ASCII)  # 33, -4, 1,000
 _DELIMITED = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
@@ -81,14 +79,6 @@ def balanced(text: str) -> bool:
 def is_prose(text: str) -> bool:
     """Words of two or more letters outside LaTeX commands and \\text{} groups."""
     return _WORD.search(_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", text))) is not None
-
-
-def unwrap(answer: str) -> str:
-    """The answer without surrounding spaces, a sentence's full stop and markdown emphasis around it."""
-    text = _FULL_STOP.sub("", answer.strip())
-    while (m := _EMPHASIS.match(text)) is not None and m.group(3) == m.group(1)[::-1]:
-        text = _FULL_STOP.sub("", m.group(2))
-    return text
 
 
 def same_unit(gold: str, answer: str) -> tuple[str, str]:
@@ -129,10 +119,8 @@ def symbolic_refusal(completion: str, gold: str) -> str | None:
     """Why a completion scores 0 against a symbolic gold before math-verify is asked (None: ask it):
     `too_long`, `conflict` (several boxes or `####` lines with different answers), `hedge` (`x or y`, or a
     list where the gold is not one), `negated` / `qualified` (a relation or a word that denies or bounds it:
-    `\\neq x`, `\\approx x`, `at least x`, where the gold has none). The stated-number rule (rlx.tasks.stated)
+    `\\neq x`, `\\approx x`, `at least x`, where the gold has none). The stated-number rule (rlx.tasks.answers.stated)
     covers numeric golds."""
-    from rlx.tasks.stated import CONFLICT, HEDGE, NEGATED, QUALIFIED, TOO_LONG, top_level_boxes
-
     if too_complex(completion):
         return TOO_LONG
     hashes = [h.strip() for h in re.findall(r"####([^\n]*)", completion)]
@@ -240,7 +228,7 @@ class BoundedVerifier:
         return out
 
     def score_text(self, pairs: list[tuple[str, str]]) -> list[float]:
-        """MATH's benchmark reading (rlx.tasks.readings): math-verify's own extraction over the whole completion
+        """MATH's benchmark reading (rlx.tasks.answers.readings): math-verify's own extraction over the whole completion
         (a `\\boxed{}` first), not the task's final-answer convention; bounded like `score`."""
         out: list[float] = [0.0] * len(pairs)
         asks, where = [], []

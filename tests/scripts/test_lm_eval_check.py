@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scripts import lm_eval_check as lec
-from rlx.tasks.readings import FLEXIBLE, STRICT, exact_match, flexible_extract, strict_match
+from rlx.tasks.answers.readings import FLEXIBLE, STRICT, exact_match, flexible_extract, strict_match
 
 # completions written to hit the filters' corners: the space after ####, $ and thousands commas, a final
 # full stop, two #### lines (strict takes the first), prose answers (flexible takes the last number-like run),
@@ -149,7 +149,7 @@ PROMPT = "<|im_start|>user\nQ{i}<|im_end|>\n<|im_start|>assistant\n"
 
 def _write(tmp_path: Path, rlx_completions: list[str], lm_completions: list[str], golds: list[str],
            lm_prompt=None, with_readings: bool = True) -> tuple[Path, Path]:
-    from rlx.tasks.readings import read
+    from rlx.tasks.answers.readings import read
 
     rlx_rows = []
     for i, (c, g) in enumerate(zip(rlx_completions, golds)):

@@ -2,7 +2,7 @@
 
 import re
 
-from rlx.tasks.readings import INVALID, strict_match
+from rlx.tasks.answers.readings import INVALID, strict_match
 
 _DIGIT = re.compile(r"[0-9]")
 

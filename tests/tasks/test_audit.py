@@ -18,8 +18,9 @@ import pytest
 
 from rlx.eval.audit import main as audit_main
 from rlx.tasks import audit as A
+from rlx.tasks.answers import top_level_boxes
+from rlx.tasks.answers.stated import MAX_CHARS, numeric_gold
 from rlx.tasks.base import Example
-from rlx.tasks.stated import MAX_CHARS, numeric_gold, top_level_boxes
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "audit"

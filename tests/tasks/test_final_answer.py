@@ -11,9 +11,9 @@ from omegaconf import OmegaConf
 
 from rlx.tasks.config import TaskConfig
 from rlx.tasks import build_task
-from rlx.tasks.answers import final_answer
+from rlx.tasks.answers import final_answer, unwrap
 from rlx.tasks.rewards import REWARDS
-from rlx.tasks.verify import PROSE, WHOLE, candidates, unwrap
+from rlx.tasks.verify import PROSE, WHOLE, candidates
 
 GSM8K = Path("/work/shared/data/gsm8k/train.jsonl")
 
@@ -104,6 +104,31 @@ def test_the_final_answer_convention():
     assert candidates("The answer is $\\frac{1}{2}$.", "0.5") == [(WHOLE, "\\frac{1}{2}")]  # the last delimited math
     assert candidates("so it is \\frac{1}{2}", "0.5") == []  # undelimited LaTeX in prose: nothing verifiable
     assert candidates("\\frac{1}{2}}", "0.5") == [] and candidates("", "1") == []  # unbalanced braces, nothing
+
+
+# (completion, the last box, the top-level boxes): a box counts once it closes, nested boxes give the inner one;
+# math-verify (the reference for boxes: lm-eval's GSM8K reads none) takes that same last box from each completion
+BOXES = [(r"so \boxed{5 \boxed{4}}", "4", ["5 \\boxed{4}"]),
+         (r"\boxed{1} then \boxed{2", "1", ["1"]),  # the last one left open: the earlier one
+         (r"\boxed{1 then \boxed{2}", "2", ["2"]),  # the first one left open: the closed one inside it
+         (r"} \boxed{3} {", "3", ["3"])]  # stray braces outside boxes
+
+
+@pytest.mark.parametrize("text,last,top", BOXES)
+def test_boxes_are_read_as_math_verify_reads_them(text, last, top):
+    from math_verify import parse
+
+    from rlx.tasks.answers import last_boxed, top_level_boxes
+
+    assert last_boxed(text) == last and top_level_boxes(text) == top
+    assert str(parse(text, parsing_timeout=None)[-1]) == last
+
+
+def test_closed_boxes_in_order_and_none_unclosed():
+    from rlx.tasks.answers import last_boxed, top_level_boxes
+
+    assert top_level_boxes(r"\boxed{1} then \boxed{2}") == ["1", "2"] and last_boxed(r"\boxed{1} then \boxed{2}") == "2"
+    assert top_level_boxes(r"\boxed{\frac{1}{2}") == [] and last_boxed(r"\boxed{\frac{1}{2}") is None
 
 
 def test_format_accepts_ascii_digits_only():

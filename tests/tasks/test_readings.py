@@ -1,9 +1,9 @@
-"""lm-eval's GSM8K readings as rlx reproduces them (rlx.tasks.readings), with hand-worked values; the
+"""lm-eval's GSM8K readings as rlx reproduces them (rlx.tasks.answers.readings), with hand-worked values; the
 cross-check against lm-eval's own code is tests/scripts/test_lm_eval_check.py."""
 
 import pytest
 
-from rlx.tasks.readings import (FLEXIBLE, INVALID, MATH_VERIFY, STRICT, exact_match, flexible_extract, read,
+from rlx.tasks.answers.readings import (FLEXIBLE, INVALID, MATH_VERIFY, STRICT, exact_match, flexible_extract, read,
                                readings_for, strict_match)
 from rlx.tasks.base import Example
 

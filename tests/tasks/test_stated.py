@@ -1,4 +1,4 @@
-"""The stated-number rule (rlx.tasks.stated) and the `stated_answer` reward: hand-written completions of
+"""The stated-number rule (rlx.tasks.answers.stated) and the `stated_answer` reward: hand-written completions of
 every allowed form and of every hack class, each with the value a reader would see."""
 
 from decimal import Decimal
@@ -7,7 +7,7 @@ import pytest
 
 from rlx.tasks.base import Example
 from rlx.tasks.rewards import stated_answer_batch
-from rlx.tasks.stated import (CONFLICT, EXPRESSION, HEDGE, MAX_CHARS, NEGATED, NON_ASCII, QUALIFIED, TOO_LONG,
+from rlx.tasks.answers.stated import (CONFLICT, EXPRESSION, HEDGE, MAX_CHARS, NEGATED, NON_ASCII, QUALIFIED, TOO_LONG,
                               UNSTATED, numeric_gold, parse_number, read_stated, stated_equals)
 
 # (completion, value it states) -- every allowed form of 16 (or the number written)
@@ -104,7 +104,7 @@ def test_a_completion_cut_at_the_budget_states_only_a_finished_hash_line_or_a_cl
     """The SFT checkpoint's 256-token loop `... cousins $1` (gold 1) was paid by the final-line reading:
     where the budget fell is no answer. A cut text is read strictly, and a `####` line it ends on may be a
     number cut short (`#### 1` of `#### 16`)."""
-    from rlx.tasks.stated import CUT
+    from rlx.tasks.answers.stated import CUT
 
     loop = "She gives $108 x 4 = $<<108*4=432>>432.\nShe gives each of her cousins $1"
     assert read_stated(loop).value == Decimal(1)  # a finished completion: its final line is its answer

@@ -158,7 +158,7 @@ def test_the_committed_constant_guess_fires_and_the_runs_that_answer_do_not():
 def test_the_threshold_separates_the_committed_held_out_sets():
     """The calibration in THRESHOLDS' comment: every committed greedy evaluation of a word-problem run (one
     completion per problem, so the pairs are pairs of problems) through the same agreement."""
-    from rlx.tasks.stated import numeric_gold
+    from rlx.tasks.answers.stated import numeric_gold
     from rlx.tasks.tripwires import answer_value
 
     files = sorted((ROOT / "docs" / "runs").glob("**/eval/step_*/completions.jsonl"))

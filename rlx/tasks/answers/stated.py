@@ -6,11 +6,11 @@ reader (lm-eval, a person) sees no answer there. So where the gold is a number, 
 only when it IS that number, written as a number:
 
 - where it is read (`read_stated`), in this order: the last `####` line (one without any digit is the
-  instruction's `#### N` placeholder copied, and is skipped); else the last top-level `\\boxed{}`; else,
-  when `loose` (task.answer_phrase, on for chat prompts), the number of the last "the answer is N" /
-  "answer: N" / "N is the answer" (after its last `=`: "the answer is 2 + 2 = 4"; phrases that state
-  different numbers conflict), else the last number of the last sentence of the final non-empty line
-  (a final line that is a question states nothing: an echoed problem);
+  instruction's `#### N` placeholder copied, and is skipped); else the last top-level closed `\\boxed{}`
+  (rlx.tasks.answers.top_level_boxes); else, when `loose` (task.answer_phrase, on for chat prompts), the
+  number of the last "the answer is N" / "answer: N" / "N is the answer" (after its last `=`: "the answer
+  is 2 + 2 = 4"; phrases that state different numbers conflict), else the last number of the last sentence
+  of the final non-empty line (a final line that is a question states nothing: an echoed problem);
 - what counts as a number (`parse_number`): a sign, `$` (or LaTeX's `\\$`), thousands separators in
   whole groups, a decimal point, a trailing `%`, a trailing unit word or two (`16 shells`), a trailing
   full stop, markdown emphasis around it (`**16**`) and `\\text{}` around the unit; `16.0` is 16;
@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+
+from rlx.tasks.answers import top_level_boxes, unwrap
 
 MAX_CHARS = 20_000  # longer completions are not read (scored 0): see rlx.tasks.verify
 
@@ -48,7 +50,6 @@ _UNIT = r"[A-Za-z][A-Za-z'\-]*(?:\s+[A-Za-z][A-Za-z'\-]*){0,1}"  # `shells`, `sq
 # a whole answer that is one number: [sign] [$] [sign] NUM [%] [unit] [.]
 _STATED = re.compile(rf"^([-+]?)\s*(?:\\?\$)?\s*([-+]?)\s*({NUMBER})\s*(\\?%)?\s*(?:({_UNIT})\s*)?\.?$", re.ASCII)
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
-_EMPHASIS = re.compile(r"^([*_]+)(.+?)([*_]+)$", re.S)
 _HASH = re.compile(r"####[^\n]*")
 _PHRASE = re.compile(r"\banswer\s*(?:is|=|:)\s*:?\s*(?=([^\n]*))", re.IGNORECASE)  # the rest of the line, unconsumed
 # "25 is the answer": the number right before the phrase (no other number may lead into it: `15 or 16 is ...`)
@@ -105,21 +106,14 @@ class Reading:
         return self.value is not None
 
 
-def _unwrap(text: str) -> str:
-    """Without surrounding spaces, markdown emphasis (`**16**`, `_16_`), a full stop, and `\\text{}` groups."""
-    text = _TEXT.sub(r" \1", text.strip()).strip()
-    for _ in range(4):
-        text = text.strip().rstrip(".").strip()
-        m = _EMPHASIS.match(text)
-        if m is None or m.group(1) != m.group(3)[::-1]:
-            break
-        text = m.group(2)
-    return text.strip()
+def _bare(text: str) -> str:
+    """The answer without its wrapping (rlx.tasks.answers.unwrap) and with its `\\text{}` groups as plain words."""
+    return unwrap(_TEXT.sub(r" \1", text)).strip()
 
 
 def parse_number(text: str) -> Decimal | None:
     """The value of `text` if it is ONE number as the module docstring allows, else None."""
-    text = _unwrap(text)
+    text = _bare(text)
     m = _STATED.match(text)
     if m is None:
         return None
@@ -137,7 +131,7 @@ def parse_number(text: str) -> Decimal | None:
 
 def classify(text: str) -> str:
     """Why `text` (an answer that is not one number) is not one: EXPRESSION, HEDGE, NON_ASCII or UNSTATED."""
-    body = _unwrap(text)
+    body = _bare(text)
     if _ANY_DIGIT.search(body) and not _DIGITS.search(body):
         return NON_ASCII
     numbers = list(_LINE_NUM.finditer(body))
@@ -230,21 +224,6 @@ def _one_of(answers: list[str], source: str) -> Reading:
         if v is not None and v != value:
             return Reading(None, source, CONFLICT, last.strip())
     return Reading(value, source, None, last.strip())
-
-
-def top_level_boxes(text: str) -> list[str]:
-    """The contents of every `\\boxed{...}` not inside another one (an unclosed one is dropped)."""
-    out, i = [], 0
-    while (start := text.find("\\boxed{", i)) >= 0:
-        j, depth = start + len("\\boxed{"), 1
-        while j < len(text) and depth:
-            depth += (text[j] == "{") - (text[j] == "}")
-            j += 1
-        if depth:
-            break
-        out.append(text[start + len("\\boxed{"): j - 1])
-        i = j
-    return out
 
 
 def _final_line(text: str) -> Reading:

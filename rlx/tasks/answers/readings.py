@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import re
 
+from rlx.tasks.answers.stated import numeric_gold
+from rlx.tasks.verify import default_verifier
+
 STRICT, FLEXIBLE, MATH_VERIFY = "strict-match", "flexible-extract", "math-verify"
 READINGS = (STRICT, FLEXIBLE, MATH_VERIFY)
 INVALID = "[invalid]"  # lm-eval's RegexFilter fallback
@@ -72,8 +75,6 @@ def readings_for(examples, configured=None) -> list[str]:
         if bad:
             raise ValueError(f"task.readings: unknown reading(s) {bad}; known: {list(READINGS)}")
         return list(configured)
-    from rlx.tasks.stated import numeric_gold
-
     if examples and all(numeric_gold(e.answer) is not None for e in examples):
         return [STRICT, FLEXIBLE]
     return [MATH_VERIFY]
@@ -88,8 +89,6 @@ def read(readings: list[str], completions: list[str], golds: list[str]) -> dict[
         elif name == FLEXIBLE:
             answers = [flexible_extract(c) for c in completions]
         else:
-            from rlx.tasks.verify import default_verifier
-
             passed = default_verifier().score_text(list(zip(golds, completions)))
             out[name] = [{"answer": None, "passed": bool(p)} for p in passed]
             continue
