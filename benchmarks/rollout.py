@@ -269,9 +269,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import transformers
 
-    from rlx.rollout.vllm import _import_vllm
+    from rlx.rollout.vllm_setup import import_vllm
 
-    vllm = _import_vllm()  # sets the colocation env first; fails here, not after the first model, without vLLM
+    vllm = import_vllm()  # sets the colocation env first; fails here, not after the first model, without vLLM
 
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.machine(),

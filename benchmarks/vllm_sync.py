@@ -60,7 +60,8 @@ def main(argv=None) -> dict:
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
-    from rlx.rollout.vllm import _vllm_rank, merged_state_dict
+    from rlx.rollout.vllm_setup import lora_slot
+    from rlx.rollout.vllm_weights import merged_state_dict
 
     path = tempfile.mkdtemp(prefix="rlx-vllm-sync-")
     policy, tok = build_policy(path, a.hidden, a.layers, a.heads, a.lora_r)
@@ -72,7 +73,7 @@ def main(argv=None) -> dict:
         common["kv_cache_memory_bytes"] = 256 << 20
     results = {}
     for mode in ("merged", "adapter"):
-        extra = dict(enable_lora=True, max_lora_rank=_vllm_rank(a.lora_r), max_loras=1) if mode == "adapter" else {}
+        extra = dict(enable_lora=True, max_lora_rank=lora_slot(a.lora_r), max_loras=1) if mode == "adapter" else {}
         llm = LLM(**common, **extra)
         rows = []
         for step in range(a.steps + 1):

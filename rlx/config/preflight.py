@@ -66,10 +66,10 @@ def vllm_serves_adapter_on_gpu(cfg) -> str:
     engine, r = cfg.rollout.engine, cfg.rollout
     if engine not in ("vllm", "vllm_server") or (engine == "vllm_server" and not r.server.num):
         return ""
-    from rlx.rollout.vllm import _import_vllm, _on_cpu, sync_mode
+    from rlx.rollout.vllm_setup import sync_mode, vllm_on_cpu
 
     lora = cfg.model.finetune != "full"
-    if not lora or _on_cpu(_import_vllm()):
+    if not lora or vllm_on_cpu():
         return ""
     if engine == "vllm":
         mode = sync_mode(r.vllm.sync, cfg.quant.format, lora=True)

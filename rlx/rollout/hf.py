@@ -5,10 +5,10 @@ module, so `sync` only records the version, and AQN noise put on `noise_target()
 policy (restored before the update). With `own_weights=True` (rollout.mode=async: a generator
 thread samples while the trainer updates) the engine holds a deep copy of the policy and `sync`
 copies the trainable tensors into it; `between_steps` lets that copy change between two decode
-steps of one sequence (PipelineRL's in-flight update; each token records the version it saw). Departs from `model.generate` on purpose: it returns the log-probs
-and entropies of exactly the distribution it sampled from (see rlx.rollout.base), and uses the
-same position ids as the training forward, so behaviour log-probs match the trainer's up to
-float noise. Sampling runs on the trainer's device; the returned batch lives on the CPU.
+steps of one sequence (PipelineRL's in-flight update; each token records the version it saw).
+Departs from `model.generate` on purpose: it returns the log-probs and entropies of exactly the
+distribution it sampled from (see rlx.rollout.base), and uses the same position ids as the training
+forward, so behaviour log-probs match the trainer's up to float noise. Sampling runs on the trainer's device; the returned batch lives on the CPU.
 """
 
 from __future__ import annotations
@@ -49,6 +49,22 @@ def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     idx = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
     last = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1)  # last token with p > 0
     return torch.minimum(idx, last)
+
+
+def _next_token(logits: torch.Tensor, sp: SamplingParams, u: torch.Tensor | None):
+    """One decode step's token, the log-probs of the distribution it was drawn from and that distribution's
+    entropy: greedy at temperature 0, else inverse-CDF sampling with uniforms u.
+    # logits [N, V] float32, u [N] -> token [N], log-probs [N, V], entropy [N]"""
+    if sp.temperature <= 0:
+        logp_all = torch.log_softmax(logits, -1)
+        return logits.argmax(-1), logp_all, -(logp_all.exp() * logp_all).sum(-1)
+    scaled = _top_p_filter(_top_k_filter(logits / sp.temperature, sp.top_k), sp.top_p)
+    logp_all = torch.log_softmax(scaled, -1)  # the sampled distribution, renormalized
+    probs = scaled.softmax(-1)
+    nxt = _inverse_cdf(probs, u)  # [N]
+    if sp.top_p < 1.0 or sp.top_k > 0:  # masked tokens have p = 0: they add nothing to the entropy
+        return nxt, logp_all, -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)
+    return nxt, logp_all, -(logp_all.exp() * logp_all).sum(-1)
 
 
 def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,26 +185,12 @@ class HFEngine(RolloutEngine):
         hidden = out.last_hidden_state[:, -1]  # [N, H]
         pos = position_ids(mask)[:, -1]  # [N]
         done = torch.zeros(N, dtype=torch.bool, device=dev)
-        filtered = sp.top_p < 1.0 or sp.top_k > 0
         U = self._uniforms(seeds, sp.max_tokens) if sp.temperature > 0 else None  # [N, max_tokens]
         strings = StopStrings(self.tok, sp.stop, N) if sp.stop else None  # SamplingParams.stop
         toks, logps, ents, alive, versions = [], [], [], [], []
         for t in range(sp.max_tokens):
             versions.append(fwd_version)
-            logits = logits_of(hidden)  # [N, V] float32
-            if sp.temperature <= 0:
-                logp_all = torch.log_softmax(logits, -1)
-                nxt = logits.argmax(-1)
-                ent = -(logp_all.exp() * logp_all).sum(-1)
-            else:
-                scaled = _top_p_filter(_top_k_filter(logits / sp.temperature, sp.top_k), sp.top_p)
-                logp_all = torch.log_softmax(scaled, -1)  # the sampled distribution, renormalized
-                probs = scaled.softmax(-1)
-                nxt = _inverse_cdf(probs, U[:, t])  # [N]
-                if filtered:  # masked tokens have p = 0: they add nothing to the entropy
-                    ent = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1)
-                else:
-                    ent = -(logp_all.exp() * logp_all).sum(-1)
+            nxt, logp_all, ent = _next_token(logits_of(hidden), sp, U[:, t] if U is not None else None)
             alive.append(~done)
             nxt = torch.where(done, torch.full_like(nxt, self.tok.pad_token_id), nxt)
             toks.append(nxt)
@@ -206,8 +208,7 @@ class HFEngine(RolloutEngine):
                 self.between_steps()
             fwd_version = self.version
             out = decoder_forward(lm.model, nxt.unsqueeze(-1), mask, pos.unsqueeze(-1), cache)
-            cache = out.past_key_values  # the KV cache the model filled
-            hidden = out.last_hidden_state[:, -1]
+            cache, hidden = out.past_key_values, out.last_hidden_state[:, -1]
         comp = torch.stack(toks, 1).cpu()  # [N, T]
         cmask = torch.stack(alive, 1).long().cpu()  # [N, T]
         logp = torch.stack(logps, 1).float().cpu() * cmask

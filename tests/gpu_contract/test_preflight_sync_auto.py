@@ -2,7 +2,7 @@
 formats reach it as merged dense weights; `sync=auto` must pick merged there (it picked adapter, which
 check_engine_config refuses for them, so no default run passed preflight).
 
-Stubs: torch.cuda.is_available / is_bf16_supported and rlx.rollout.vllm._on_cpu (see test_vllm_dtype)."""
+Stubs: torch.cuda.is_available / is_bf16_supported and rlx.rollout.vllm_setup.vllm_on_cpu (see test_vllm_dtype)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ TINY_CUDA = ["model=tiny", "trainer.device=cuda", "trainer.threads=1", "rollout=
 @pytest.mark.parametrize("fmt", ["nf4", "mxfp4"])
 def test_sync_auto_serves_nf4_and_mxfp4_merged_on_cuda(cuda_box, fmt, tmp_path):  # noqa: F811
     from rlx.config.preflight import check
-    from rlx.rollout.vllm import engine_kwargs, sync_mode
+    from rlx.rollout.vllm_setup import engine_kwargs, sync_mode
 
     cfg = compose(TINY_CUDA + [f"quant={fmt}"])
     spec = check(cfg)  # refused before: "a nf4 base is not exported"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlx.config.preflight import check
-from rlx.rollout.vllm import check_build, installed_builds
+from rlx.rollout.vllm_setup import check_build, installed_builds
 from tests.conftest import compose
 
 

@@ -7,7 +7,7 @@ moves such a run to bf16 with a logged line (docs/engine.md, "On a GPU"); these 
 checks with fp32 (refused) and with the dtype rlx now hands vLLM for that config (accepted).
 
 Stubs: torch.cuda.is_available / is_bf16_supported (rlx asks torch whether there is a GPU) and
-rlx.rollout.vllm._on_cpu (rlx asks vLLM which platform it was built for)."""
+rlx.rollout.vllm_setup.vllm_on_cpu (rlx asks vLLM which platform it was built for)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ TINY_CUDA = ["model=tiny", "trainer.device=cuda", "trainer.threads=1"]
 @pytest.fixture
 def cuda_box(monkeypatch):
     """What rlx sees on a machine with a bf16-capable GPU and vLLM's CUDA build."""
-    import rlx.rollout.vllm as rv
+    import rlx.rollout.vllm_setup as rv
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    monkeypatch.setattr(rv, "_on_cpu", lambda vllm: False)
+    monkeypatch.setattr(rv, "vllm_on_cpu", lambda: False)
     monkeypatch.setattr(rv, "installed_builds", lambda lookup=None: ["vllm"])  # the GPU build's metadata
 
 
@@ -66,7 +66,7 @@ def marlin_fp4_accepts(dtype: torch.dtype) -> bool:
 
 def engine_dtype(spec) -> torch.dtype:
     """The dtype the colocated engine passes vLLM for this run's DeviceSpec (rlx.rollout.vllm)."""
-    from rlx.rollout.vllm import ENGINE_DTYPES
+    from rlx.rollout.vllm_setup import ENGINE_DTYPES
 
     return getattr(torch, ENGINE_DTYPES[spec.dtype])
 

@@ -16,7 +16,7 @@ def vllm_config(tmp_path, on_cpu: bool, enforce_eager=None):
     from vllm.engine.arg_utils import EngineArgs
 
     from rlx.rollout.config import RolloutConfig
-    from rlx.rollout.vllm import engine_kwargs
+    from rlx.rollout.vllm_setup import engine_kwargs
 
     cfg = OmegaConf.structured(RolloutConfig(engine="vllm"))
     if enforce_eager is not None:  # else the shipped default

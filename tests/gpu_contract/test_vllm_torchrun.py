@@ -41,7 +41,7 @@ def rlx_engine_config(model_dir: Path, world_size: int):
     from vllm.engine.arg_utils import EngineArgs
 
     from rlx.rollout.config import RolloutConfig
-    from rlx.rollout.vllm import engine_kwargs
+    from rlx.rollout.vllm_setup import engine_kwargs
 
     cfg = OmegaConf.structured(RolloutConfig(engine="vllm"))
     kw = engine_kwargs(cfg, model_dir, dtype=torch.bfloat16, max_model_len=64, seed=0, on_cpu=False,

@@ -37,8 +37,8 @@ from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
 from rlx.rollout.config import enforce_eager
 from rlx.rollout.server.placement import check_machine, gpu_share, tensor_parallel
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
-from rlx.rollout.vllm import (_import_vllm, _on_cpu, _vllm_rank, engine_max_model_len, full_state_dict,
-                              merged_state_dict, sync_mode)
+from rlx.rollout.vllm_setup import check_local_vllm, engine_max_model_len, lora_slot, sync_mode, vllm_on_cpu
+from rlx.rollout.vllm_weights import full_state_dict, merged_state_dict
 
 # the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
 # with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
@@ -62,16 +62,8 @@ class VLLMServerEngine(RolloutEngine):
                 raise ValueError(f"rollout=vllm_server with {what} is not supported; use rollout=vllm or rollout=hf")
         if cfg.rollout.server.num > 0:  # local servers run this machine's vLLM: its limits (head_dim on CPU)
             check_machine(list(cfg.rollout.server.placement))  # the cores / GPUs they are placed on exist here
-            from rlx.models import head_dim
-            from rlx.rollout.vllm import check_build, check_engine_config
-
-            from rlx.rollout.kv_sizing import check_explicit
-
             try:
-                check_build(cfg.trainer)
-                check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
-                if _on_cpu(_import_vllm()):  # an explicit rollout.vllm.kv_cache_gb that holds no sequence
-                    check_explicit(cfg)
+                check_local_vllm(cfg)
             except ValueError as e:
                 raise ValueError(str(e).replace("rollout=vllm:", "rollout=vllm_server (local servers):", 1)) from None
 
@@ -97,11 +89,11 @@ class VLLMServerEngine(RolloutEngine):
         if sc.urls:
             self.pool = ServerPool.remote(list(sc.urls), sc.startup_timeout_s, sc.request_timeout_s)
         else:
-            rank = None if self.mode != "adapter" else _vllm_rank(max(int(policy.peft_config[a].r)
+            rank = None if self.mode != "adapter" else lora_slot(max(int(policy.peft_config[a].r)
                                                                      for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
-            on_cpu = _on_cpu(_import_vllm())  # local servers run this machine's vLLM build
+            on_cpu = vllm_on_cpu()  # local servers run this machine's vLLM build
             if on_cpu:
                 # each local server's KV cache by the colocated engine's rule, the batch and the free memory
                 # shared among the servers (rlx.rollout.kv_sizing); an explicit rollout.vllm.kv_cache_gb is per server

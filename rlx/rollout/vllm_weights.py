@@ -1,0 +1,69 @@
+"""The policy's weights as vLLM loads them (HF names, the engine dtype), exported on the trainer side at each
+sync: merged (LoRA folded into the base), full (fine-tuning without an adapter); and the one layer an in-place
+reload misses (a tied head on vLLM's CPU backend)."""
+
+from __future__ import annotations
+
+import torch
+
+from rlx.models.forward import causal_lm
+
+
+def adapter_rank(policy) -> int:
+    """The largest LoRA rank among the policy's adapted layers: the slot vLLM must hold."""
+    from peft.tuners.lora import LoraLayer
+
+    return max(int(m.r[k]) for m in causal_lm(policy).modules() if isinstance(m, LoraLayer) for k in m.r)
+
+
+def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """HF-named weights of the policy with every LoRA adapter merged in (W + scale * B A); a packed
+    (quantized) base layer's W is its dequantized value, what the trainer's forward multiplies by.  # name -> tensor"""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    from rlx.quant.linear import QuantLinear
+    from rlx.quant.lora import LoraQuantLinear
+
+    lm = causal_lm(policy)
+    out: dict[str, torch.Tensor] = {}
+    lora, packed = {}, {}
+    for name, mod in lm.named_modules():
+        if isinstance(mod, (LoraLinear, LoraQuantLinear)):
+            lora[name] = mod
+        elif isinstance(mod, QuantLinear):  # a packed base layer: vLLM gets its dequantized values
+            packed[name.replace(".base_layer", "")] = mod
+    for key, value in lm.state_dict().items():
+        if "lora_" in key or ".original_module." in key:
+            continue
+        key = key.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
+        if key.rpartition(".")[0] in packed and key.rpartition(".")[2] != "bias":
+            continue  # the codes and scales; the layer's `weight` is added below
+        out[key] = value
+    with torch.no_grad():
+        for name, mod in packed.items():
+            out[f"{name}.weight"] = mod.dequantize(torch.float32)
+        for name, mod in lora.items():
+            # a packed base layer was dequantized just above: reuse it rather than dequantize again
+            w = out[f"{name}.weight"] if isinstance(mod.base_layer, QuantLinear) else mod.base_layer.weight.float()
+            if not mod.merged and not mod.disable_adapters:
+                for adapter in mod.active_adapters:
+                    if adapter in mod.lora_A:
+                        w = w + mod.get_delta_weight(adapter).float()
+            out[f"{name}.weight"] = w
+    return {k: v.detach().to(dtype) for k, v in out.items()}  # stays on the trainer device
+
+
+def full_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """HF-named weights of a fully fine-tuned policy: every parameter, a tied head once (vLLM ties it
+    to the embeddings itself and skips `lm_head.*` then).  # name -> tensor"""
+    return {n: q.detach().to(dtype) for n, q in causal_lm(policy).named_parameters()}
+
+
+def repack_tied_head(model) -> None:
+    """vLLM's CPU backend packs the LM head's weight for its GEMM when the model loads, and an in-place
+    reload repacks the layers it loads. A tied head is not one of them (its weight is the embedding's,
+    `lm_head.*` is skipped), so after a full-weight sync it sampled with the base's head (SmolLM2: the
+    trainer-vs-vLLM log-prob gap grew from 5e-6 to 5e-3 in 5 steps). Repack it from the new embedding."""
+    head = getattr(model, "lm_head", None)
+    if head is not None and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        head.quant_method.process_weights_after_loading(head)
