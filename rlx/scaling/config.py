@@ -19,63 +19,28 @@ class ScalingConfig:
     each evaluation: gpu_hours | flops | tokens | steps.
     """
 
-    fit: str = field(
-        default="none",
-        metadata={"help": "none | sigmoid | power: fit reward against compute at the end of a run"},
-    )
-    compute: str = field(
-        default="flops",
-        metadata={"help": "gpu_hours | flops | tokens | steps"},
-    )
-    metric: str = field(
-        default="val/acc",
-        metadata={"help": "the held-out reward on the y axis"},
-    )
+    fit: str = field(default="none", metadata={
+        "help": "none | sigmoid | power: fit reward against compute at the end of a run"})
+    compute: str = field(default="flops", metadata={"help": "gpu_hours | flops | tokens | steps"})
+    metric: str = field(default="val/acc", metadata={"help": "the held-out reward on the y axis"})
     # early window left out of the fit: points below max(exclude_before, exclude_fraction * max compute)
-    exclude_before: float = field(
-        default=0.0,
-        metadata={"help": "absolute compute threshold (ScaleRL: ~1.5k GPU-hours)"},
-    )
-    exclude_fraction: float = field(
-        default=0.0,
-        metadata={"help": "fraction of the largest observed compute"},
-    )
-    fit_fraction: float = field(
-        default=1.0,
-        metadata={"help": "fit on compute <= fit_fraction * max; later points are held out (ScaleRL: 0.5)"},
-    )
-    target_compute: float = field(
-        default=0.0,
-        metadata={"help": "where to predict the reward; 0 => 4x the largest observed compute"},
-    )
-    bootstrap: int = field(
-        default=200,
-        metadata={"help": "resamples of the evaluation points for intervals and the band (0 => none)"},
-    )
-    confidence: float = field(
-        default=0.95,
-        metadata={"help": "level of the bootstrap intervals"},
-    )
-    a_step: float = field(
-        default=0.005,
-        metadata={"help": "grid step of the asymptote A"},
-    )
-    n_cmid: int = field(
-        default=100,
-        metadata={"help": "log-spaced grid values of C_mid"},
-    )
-    min_points: int = field(
-        default=4,
-        metadata={"help": "evaluation points (compute > 0, after exclusion) needed for a fit"},
-    )
-    margin: float = field(
-        default=0.02,
-        metadata={"help": "ScaleRL's comparison rule: recipes with |dA| <= margin are compared on B"},
-    )
-    seed: int = field(
-        default=0,
-        metadata={"help": "bootstrap seed"},
-    )
+    exclude_before: float = field(default=0.0, metadata={
+        "help": "absolute compute threshold (ScaleRL: ~1.5k GPU-hours)"})
+    exclude_fraction: float = field(default=0.0, metadata={"help": "fraction of the largest observed compute"})
+    fit_fraction: float = field(default=1.0, metadata={
+        "help": "fit on compute <= fit_fraction * max; later points are held out (ScaleRL: 0.5)"})
+    target_compute: float = field(default=0.0, metadata={
+        "help": "where to predict the reward; 0 => 4x the largest observed compute"})
+    bootstrap: int = field(default=200, metadata={
+        "help": "resamples of the evaluation points for intervals and the band (0 => none)"})
+    confidence: float = field(default=0.95, metadata={"help": "level of the bootstrap intervals"})
+    a_step: float = field(default=0.005, metadata={"help": "grid step of the asymptote A"})
+    n_cmid: int = field(default=100, metadata={"help": "log-spaced grid values of C_mid"})
+    min_points: int = field(default=4, metadata={
+        "help": "evaluation points (compute > 0, after exclusion) needed for a fit"})
+    margin: float = field(default=0.02, metadata={
+        "help": "ScaleRL's comparison rule: recipes with |dA| <= margin are compared on B"})
+    seed: int = field(default=0, metadata={"help": "bootstrap seed"})
 
 
 def as_config(cfg) -> ScalingConfig:
