@@ -15,26 +15,13 @@ scipy and matplotlib.
 
 from importlib import import_module
 
-_EXPORTS = {
-    "ScalingConfig": "rlx.scaling.config",
-    "as_config": "rlx.scaling.config",
-    "sigmoid": "rlx.scaling.curves",
-    "power_law": "rlx.scaling.curves",
-    "CurveFit": "rlx.scaling.curves",
-    "SigmoidFit": "rlx.scaling.curves",
-    "PowerFit": "rlx.scaling.curves",
-    "fit_sigmoid": "rlx.scaling.fitting",
-    "fit_power": "rlx.scaling.fitting",
-    "FITTERS": "rlx.scaling.fitting",
-    "fit_points": "rlx.scaling.fitting",
-    "fit_run": "rlx.scaling.grouping",
-    "evaluations": "rlx.scaling.grouping",
-    "Verdict": "rlx.scaling.compare",
-    "Comparison": "rlx.scaling.compare",
-    "scalerl_rule": "rlx.scaling.compare",
-    "compare_dir": "rlx.scaling.compare",
-    "write_comparison": "rlx.scaling.compare",
-}
+_EXPORTS = {name: f"rlx.scaling.{module}" for module, names in {
+    "config": ("ScalingConfig", "as_config"),
+    "curves": ("sigmoid", "power_law", "CurveFit", "SigmoidFit", "PowerFit"),
+    "fitting": ("fit_sigmoid", "fit_power", "FITTERS", "fit_points"),
+    "grouping": ("fit_run", "evaluations"),
+    "compare": ("Verdict", "Comparison", "scalerl_rule", "compare_dir", "write_comparison"),
+}.items() for name in names}
 __all__ = sorted(_EXPORTS)
 
 

@@ -56,12 +56,10 @@ class Verdict:
         if self.rule == "asymptote":
             return f"{head} (|dA| > {self.margin:g}) -> higher asymptote: **{self.winner}**{sure}"
         verdict = "more efficient: **{}**".format(self.winner) if self.winner is not None else "**tie** (equal B)"
-        return (
-            f"{head} (|dA| <= {self.margin:g}) -> refit at A = {self.A_common:.4f}: "
-            f"B {self.B_first:.3f}{_interval(self.B_first_interval)} "
-            f"vs {self.B_second:.3f}{_interval(self.B_second_interval)}, "
-            f"C_mid {self.C_mid_first:.4g} vs {self.C_mid_second:.4g} -> {verdict}{sure}"
-        )
+        return (f"{head} (|dA| <= {self.margin:g}) -> refit at A = {self.A_common:.4f}: "
+                f"B {self.B_first:.3f}{_interval(self.B_first_interval)} "
+                f"vs {self.B_second:.3f}{_interval(self.B_second_interval)}, "
+                f"C_mid {self.C_mid_first:.4g} vs {self.C_mid_second:.4g} -> {verdict}{sure}")
 
     def edge_note(self) -> str:
         return f"A of {' and '.join(self.at_edge)} at the edge of its grid (the data do not pin the asymptote)"
@@ -69,10 +67,8 @@ class Verdict:
 
 def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second=None, **fit_kwargs) -> Verdict:
     """Apply ScaleRL's rule to two recipes given as (label, compute [N], reward [N][, r0]) with sigmoid fits.
-
     fit_first / fit_second: existing fits (fitted here with fit_kwargs otherwise). fit_kwargs go to
-    `fit_sigmoid` for the refits too (e.g. exclude_before, bootstrap).
-    """
+    `fit_sigmoid` for the refits too (e.g. exclude_before, bootstrap)."""
     (la, ca, ra, r0a), (lb, cb, rb, r0b) = (tuple(first) + (None,))[:4], (tuple(second) + (None,))[:4]
     fa = fit_first if fit_first is not None else fit_sigmoid(ca, ra, r0a, **fit_kwargs)
     fb = fit_second if fit_second is not None else fit_sigmoid(cb, rb, r0b, **fit_kwargs)
@@ -89,11 +85,10 @@ def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second
     ga = fit_sigmoid(ca, ra, r0a, A=common, **fit_kwargs)
     gb = fit_sigmoid(cb, rb, r0b, A=common, **fit_kwargs)
     winner = None if ga.B == gb.B else la if ga.B > gb.B else lb
-    return Verdict(
-        la, lb, fa.A, fb.A, "efficiency", winner, _disjoint(ga.intervals.get("B"), gb.intervals.get("B")),
-        A_common=common, B_first=ga.B, B_second=gb.B, B_first_interval=ga.intervals.get("B"),
-        B_second_interval=gb.intervals.get("B"), C_mid_first=ga.C_mid, C_mid_second=gb.C_mid, margin=margin,
-    )
+    return Verdict(la, lb, fa.A, fb.A, "efficiency", winner, _disjoint(ga.intervals.get("B"), gb.intervals.get("B")),
+                   A_common=common, B_first=ga.B, B_second=gb.B, B_first_interval=ga.intervals.get("B"),
+                   B_second_interval=gb.intervals.get("B"), C_mid_first=ga.C_mid, C_mid_second=gb.C_mid,
+                   margin=margin)
 
 
 @dataclass
@@ -135,10 +130,8 @@ class Comparison:
 def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None = None,
                 runs: list[Run] | None = None) -> Comparison:
     """Fit every recipe (by="recipe", seeds pooled) or run (by="run") under root and apply ScaleRL's rule.
-
     kind: sigmoid | power (default: cfg.fit, or sigmoid when that is "none"). runs: the runs under root
-    when the caller has read them already (each run is read once).
-    """
+    when the caller has read them already (each run is read once)."""
     cfg = as_config(cfg if cfg is not None else ScalingConfig())
     kind = kind or (cfg.fit if cfg.fit != "none" else "sigmoid")
     if by not in ("recipe", "run"):
@@ -190,15 +183,13 @@ def to_markdown(comp: Comparison) -> str:
     names = ("A", "B", "D") if kinds == {"power"} else ("A", "B", "C_mid")
     conf = int(round(cfg.confidence * 100))
     lines = [
-        f"# Scaling comparison: {cfg.metric} vs compute ({cfg.compute})",
-        "",
+        f"# Scaling comparison: {cfg.metric} vs compute ({cfg.compute})", "",
         f"Runs under `{comp.root}`, one row per {comp.by}. Fit: {', '.join(sorted(kinds)) or 'none succeeded'}"
         + ("; R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 fixed" if "sigmoid" in kinds else "")
         + ("; R(C) = A - D / C^B" if "power" in kinds else "")
         + f". A: fit +/- half the {conf}% bootstrap interval; {names[1]}, {names[2]}: fit [{conf}% interval]. "
         f"Fit window: compute >= max({cfg.exclude_before:g}, {cfg.exclude_fraction:g} x max) "
-        f"and <= {cfg.fit_fraction:g} x max.",
-        "",
+        f"and <= {cfg.fit_fraction:g} x max.", "",
         f"| {comp.by} | runs | steps | compute ({cfg.compute}) | final {cfg.metric} | {names[0]} (+/-) | {names[1]} | "
         f"{names[2]} | pred @ {comp.target:.3g} | note |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -274,27 +265,11 @@ def _interval(iv) -> str:
 
 
 def _as_json(comp: Comparison) -> dict:
-    return {
-        "root": str(comp.root),
-        "by": comp.by,
-        "metric": comp.cfg.metric,
-        "compute": comp.cfg.compute,
-        "target_compute": comp.target,
-        "rows": [
-            {
-                "label": r.label,
-                "runs": [str(x.path) for x in r.runs],
-                "failed": r.n_failed,
-                "steps": r.steps,
-                "final_compute": r.final_compute,
-                "final_reward": r.final_reward,
-                "fit": None if r.fit is None else {
-                    "kind": r.fit.kind, "params": r.fit.params,
-                    "intervals": {k: list(v) for k, v in r.fit.intervals.items()}, **r.fit.stats(),
-                },
-                "note": r.note,
-            }
-            for r in comp.rows
-        ],
-        "verdicts": [v.__dict__ for v in comp.verdicts],
-    }
+    rows = [{"label": r.label, "runs": [str(x.path) for x in r.runs], "failed": r.n_failed, "steps": r.steps,
+             "final_compute": r.final_compute, "final_reward": r.final_reward,
+             "fit": None if r.fit is None else {"kind": r.fit.kind, "params": r.fit.params,
+                                                "intervals": {k: list(v) for k, v in r.fit.intervals.items()},
+                                                **r.fit.stats()},
+             "note": r.note} for r in comp.rows]
+    return {"root": str(comp.root), "by": comp.by, "metric": comp.cfg.metric, "compute": comp.cfg.compute,
+            "target_compute": comp.target, "rows": rows, "verdicts": [v.__dict__ for v in comp.verdicts]}

@@ -19,10 +19,8 @@ from scipy.special import expit, fdtrc  # fdtrc: F-distribution survival functio
 # ---- the two families ------------------------------------------------------------------------
 
 def sigmoid(c, A, B, C_mid, R0):
-    """ScaleRL: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B); R(0) = R0.
-
-    Written as R0 + (A - R0) * expit(B * log(C / C_mid)), which is exact and never overflows.
-    """
+    """ScaleRL: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B); R(0) = R0. Written as
+    R0 + (A - R0) * expit(B * log(C / C_mid)), which is exact and never overflows."""
     c = np.asarray(c, dtype=float)
     with np.errstate(divide="ignore"):
         log_ratio = np.log(c) - np.log(C_mid)  # -inf at C = 0, so expit -> 0 and R -> R0
@@ -91,13 +89,9 @@ class CurveFit:
         return out
 
     def stats(self) -> dict[str, float]:
-        return {
-            "sse": self.sse,
-            "rmse": float(np.sqrt(self.sse / max(self.n_points, 1))),
-            "n_points": float(self.n_points),
-            "fit_compute_min": self.compute_min,
-            "fit_compute_max": self.compute_max,
-        }
+        return {"sse": self.sse, "rmse": float(np.sqrt(self.sse / max(self.n_points, 1))),
+                "n_points": float(self.n_points), "fit_compute_min": self.compute_min,
+                "fit_compute_max": self.compute_max}
 
 
 @dataclass(kw_only=True)
@@ -171,9 +165,8 @@ def as_points(compute, reward) -> tuple[np.ndarray, np.ndarray]:
     return c, y
 
 
-def fit_window(
-    c: np.ndarray, y: np.ndarray, exclude_before: float, exclude_fraction: float, min_points: int, n_params: int
-) -> tuple[np.ndarray, np.ndarray, float]:
+def fit_window(c: np.ndarray, y: np.ndarray, exclude_before: float, exclude_fraction: float, min_points: int,
+               n_params: int) -> tuple[np.ndarray, np.ndarray, float]:
     """Points with compute > 0 and >= max(exclude_before, exclude_fraction * max compute)."""
     if not 0.0 <= exclude_fraction < 1.0:
         raise ValueError(f"exclude_fraction must be in [0, 1), got {exclude_fraction}")
@@ -181,10 +174,8 @@ def fit_window(
     keep = (c > 0) & (c >= threshold)
     need = max(int(min_points), n_params + 1)
     if keep.sum() < need:
-        raise ValueError(
-            f"too few points: {int(keep.sum())} evaluation(s) with compute > 0 and >= {threshold:g} "
-            f"(of {c.size}); need at least {need} to fit {n_params} parameters"
-        )
+        raise ValueError(f"too few points: {int(keep.sum())} evaluation(s) with compute > 0 and >= {threshold:g} "
+                         f"(of {c.size}); need at least {need} to fit {n_params} parameters")
     return c[keep], y[keep], threshold
 
 
@@ -205,10 +196,8 @@ def check_trend(sse_fit: float, sse_null: float, n: int, n_params: int, n_null: 
     f = ((sse_null - sse_fit) / (n_params - n_null)) / (sse_fit / dof)
     p = float(fdtrc(n_params - n_null, dof, f)) if f > 0 else 1.0
     if p > alpha:
-        raise ValueError(
-            f"flat curve: the reward does not move beyond noise ({what}; F-test p = {p:.3g} > {alpha:g}); "
-            "its parameters would be meaningless"
-        )
+        raise ValueError(f"flat curve: the reward does not move beyond noise ({what}; F-test p = {p:.3g} > "
+                         f"{alpha:g}); its parameters would be meaningless")
 
 
 # ---- batched Levenberg-Marquardt: K weighted least-squares fits (one per resample) at once ------
@@ -217,13 +206,10 @@ def check_trend(sse_fit: float, sse_null: float, n: int, n_params: int, n_null: 
 Model = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def levenberg_marquardt(
-    model: Model, theta: np.ndarray, y: np.ndarray, weights: np.ndarray, lo, hi, free, iters: int = 100
-) -> tuple[np.ndarray, np.ndarray]:
+def levenberg_marquardt(model: Model, theta: np.ndarray, y: np.ndarray, weights: np.ndarray, lo, hi, free,
+                        iters: int = 100) -> tuple[np.ndarray, np.ndarray]:
     """Minimise sum_n weights[k, n] (y[n] - pred[k, n])^2 for each row k. Returns (theta [K, p], sse [K]).
-
-    Parameters outside `free` (bool [p]) stay at their start; steps are clipped to [lo, hi] ([p] each).
-    """
+    Parameters outside `free` (bool [p]) stay at their start; steps are clipped to [lo, hi] ([p] each)."""
     theta = np.array(theta, dtype=float)
     lo, hi, free = np.asarray(lo, float), np.asarray(hi, float), np.asarray(free, bool)
     pred, jac = model(theta)
@@ -256,10 +242,8 @@ def levenberg_marquardt(
     return theta, sse
 
 
-def polish_keep_a_on_grid(
-    model: Model, theta0: np.ndarray, y: np.ndarray, weights: np.ndarray, lo, hi, a_grid: tuple[float, float, float],
-    a_fixed: bool,
-) -> np.ndarray:
+def polish_keep_a_on_grid(model: Model, theta0: np.ndarray, y: np.ndarray, weights: np.ndarray, lo, hi,
+                          a_grid: tuple[float, float, float], a_fixed: bool) -> np.ndarray:
     """Polish grid winners theta0 [K, p] (A first) keeping A on the grid (a_lo, a_hi, a_step). Returns [K, p]."""
     free_all = np.ones(theta0.shape[1], bool)
     free_rest = free_all.copy()

@@ -1,17 +1,18 @@
 """The fitters: ScaleRL's sigmoid and the power law, each a grid search polished off the grid, and `fit_points`,
 the one place that turns a ScalingConfig into a fit (fitter chosen by `scaling.fit`).
 
-Sigmoid: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error. The grid search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
+Sigmoid: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error. The grid
+search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
 S = expit(B log(C / C_mid)) and a = A - R0, so the squared error is the quadratic
 sum(d^2) - 2 a sum(d S) + a^2 sum(S^2) (d = reward - R0): its best grid A is the grid value
 nearest to sum(d S) / sum(S^2). B is searched on a fine log grid (ScaleRL fits it with scipy per
 cell instead). Then either (polish=False, the paper's procedure) B is refined by scipy's curve_fit
 at the winning (A, C_mid) cell, or (polish=True, default) the winner is polished off the grid's
-C_mid and B resolution with A kept on its 0.005 grid (see `curves.polish_keep_a_on_grid`): with ScaleRL's 100 C_mid values
-the grid alone can land one valley-step away, since A and C_mid trade off strongly. Every bootstrap
-resample is a weight vector over the points, so all resamples share one pass of matrix products.
+C_mid and B resolution with A kept on its 0.005 grid (`curves.polish_keep_a_on_grid`): with ScaleRL's
+100 C_mid values the grid alone can land one valley-step away, since A and C_mid trade off strongly.
+Every bootstrap resample is a weight vector over the points, so all resamples share one pass of matrix products.
 
-Power law. Power-law fit R(C) = A - D / C^B, ScaleRL's comparison family: the same grid-then-polish scheme as the sigmoid.
+Power law R(C) = A - D / C^B, ScaleRL's comparison family: the same grid-then-polish scheme.
 
 With x = log(C / c_ref) (c_ref: the largest fitted compute, to keep numbers O(1)) the curve is
 A - D' exp(-B x) with D = D' c_ref^B. For fixed (A, B) it is linear in D', so D' and the squared
@@ -68,32 +69,19 @@ def initial_reward(compute: np.ndarray, reward: np.ndarray) -> float:
     """R0: the mean reward of the evaluations at zero compute (one per run when seeds are pooled)."""
     at_zero = compute == 0
     if not at_zero.any():
-        raise ValueError(
-            f"no evaluation at zero compute to fix R0 (smallest compute is {compute.min():g}); pass r0= explicitly"
-        )
+        raise ValueError(f"no evaluation at zero compute to fix R0 (smallest compute is {compute.min():g}); "
+                         f"pass r0= explicitly")
     return float(reward[at_zero].mean())
 
 
-def fit_sigmoid(
-    compute,
-    reward,
-    r0: float | None = None,
-    *,
-    A: float | None = None,
-    n_cmid: int = 100,
-    cmid_range: tuple[float, float] | None = None,
-    b_range: tuple[float, float] = (0.1, 10.0),
-    **options,
-) -> SigmoidFit:
+def fit_sigmoid(compute, reward, r0: float | None = None, *, A: float | None = None, n_cmid: int = 100,
+                cmid_range: tuple[float, float] | None = None, b_range: tuple[float, float] = (0.1, 10.0),
+                **options) -> SigmoidFit:
     """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations (compute [N], reward [N]).
 
-    r0: the reward at zero compute (default: mean of the evaluations at compute 0). The early window
-    (compute < max(exclude_before, exclude_fraction * max compute)) and zero-compute points are left
-    out of the fit. A: hold the asymptote fixed (ScaleRL's comparison refit). cmid_range defaults to
-    [min fitted compute / 10, max fitted compute * 100]. bootstrap: resamples of the fitted points for
-    percentile intervals of A, B, C_mid and the extrapolation band. flat_alpha: significance of the
-    F-test against "reward stays at R0" below which the curve counts as flat (0 disables it). The
-    options (exclude_before, bootstrap, ...) are the fields of `FitOptions`.
+    r0: the reward at zero compute (default: mean of the evaluations at compute 0); zero-compute points are
+    left out of the fit. A: hold the asymptote fixed (ScaleRL's comparison refit). cmid_range defaults to
+    [min fitted compute / 10, max fitted compute * 100]. The other options are the fields of `FitOptions`.
     Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
     """
     o = FitOptions(**options)
@@ -108,8 +96,7 @@ def fit_sigmoid(
 
     bounds = ([grid.a_lo, b_range[0] / 10.0, grid.log_cmid[0]], [grid.a_hi, b_range[1] * 10.0, grid.log_cmid[-1]])
     polish_rows = lambda theta, w: polish_keep_a_on_grid(  # noqa: E731
-        _sigmoid_model(logc, R0), theta, y, w, *bounds, (grid.a_lo, grid.a_hi, grid.a_step), A is not None
-    )
+        _sigmoid_model(logc, R0), theta, y, w, *bounds, (grid.a_lo, grid.a_hi, grid.a_step), A is not None)
     ones = np.ones((1, c.size))
     theta = np.column_stack(grid.search(logc, d, R0, ones)[:3])  # [1, 3]: A, B, log C_mid
     if o.polish:
@@ -120,11 +107,9 @@ def fit_sigmoid(
     sse = float(np.sum((y - sigmoid(c, a_best, b_best, np.exp(lcm_best), R0)) ** 2))
     check_trend(sse, float(np.sum(d**2)), c.size, n_params, 0, o.flat_alpha, "vs a constant reward at R0")
 
-    fit = SigmoidFit(
-        A=a_best, B=b_best, C_mid=float(np.exp(lcm_best)), R0=R0, sse=sse, n_points=int(c.size),
-        compute_min=float(c.min()), compute_max=float(c.max()), A_fixed=A is not None, confidence=o.confidence,
-        a_bounds=(o.a_range[0], float(a_top)),
-    )
+    fit = SigmoidFit(A=a_best, B=b_best, C_mid=float(np.exp(lcm_best)), R0=R0, sse=sse, n_points=int(c.size),
+                     compute_min=float(c.min()), compute_max=float(c.max()), A_fixed=A is not None,
+                     confidence=o.confidence, a_bounds=(o.a_range[0], float(a_top)))
     if o.bootstrap > 0:
         weights = resample_weights(c.size, o.bootstrap, o.seed)  # [n_boot, N]
         start_grid = grid.coarsened() if o.polish else grid  # the polish refines the starts anyway
@@ -236,18 +221,9 @@ def _refine_b(logc, y, r0, a, b0, lcm) -> float:
 _POWER_CELLS_PER_CHUNK = 4_000_000  # elements of the [K, A, B] error cube held at once
 
 
-def fit_power(
-    compute,
-    reward,
-    *,
-    b_range: tuple[float, float] = (0.01, 5.0),
-    **options,
-) -> PowerFit:
+def fit_power(compute, reward, *, b_range: tuple[float, float] = (0.01, 5.0), **options) -> PowerFit:
     """Fit R(C) = A - D / C^B to evaluations (compute [N], reward [N]); zero-compute points are left out.
-
-    Options as in `fit_sigmoid`; flat_alpha tests against a constant reward (the mean).
-    Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
-    """
+    Options as in `fit_sigmoid`; flat_alpha tests against a constant reward (the mean)."""
     o = FitOptions(**options)
     c_all, y_all = as_points(compute, reward)
     if o.a_step <= 0 or o.a_range[0] > o.a_range[1] or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
@@ -262,8 +238,7 @@ def fit_power(
     b_grid = np.geomspace(b_range[0], b_range[1], o.n_b)  # [nB]
     bounds = ([o.a_range[0], b_range[0] / 10.0, -np.inf], [a_hi, b_range[1] * 10.0, np.inf])
     polish_rows = lambda theta, w: polish_keep_a_on_grid(  # noqa: E731
-        _power_model(x), theta, y, w, *bounds, (o.a_range[0], a_hi, o.a_step), False
-    )
+        _power_model(x), theta, y, w, *bounds, (o.a_range[0], a_hi, o.a_step), False)
 
     ones = np.ones((1, c.size))
     theta = _power_grid_search(x, y, ones, a_grid, b_grid)  # [1, 3]: A, B, D'
@@ -273,11 +248,9 @@ def fit_power(
     sse = float(np.sum((y - (a_best - dp_best * np.exp(-b_best * x))) ** 2))
     check_trend(sse, float(np.sum((y - y.mean()) ** 2)), c.size, 3, 1, o.flat_alpha, "vs a constant reward")
 
-    fit = PowerFit(
-        A=a_best, B=b_best, D=dp_best * c_ref**b_best, sse=sse, n_points=int(c.size),
-        compute_min=float(c.min()), compute_max=c_ref, confidence=o.confidence,
-        a_bounds=(o.a_range[0], float(a_hi)),
-    )
+    fit = PowerFit(A=a_best, B=b_best, D=dp_best * c_ref**b_best, sse=sse, n_points=int(c.size),
+                   compute_min=float(c.min()), compute_max=c_ref, confidence=o.confidence,
+                   a_bounds=(o.a_range[0], float(a_hi)))
     if o.bootstrap > 0:
         weights = resample_weights(c.size, o.bootstrap, o.seed)  # [n_boot, N]
         thetas = _power_grid_search(x, y, weights, a_grid, b_grid if not o.polish else b_grid[::4])
@@ -322,14 +295,11 @@ def _power_grid_search(x, y, weights, a_grid, b_grid) -> np.ndarray:
 FITTERS = {"sigmoid": fit_sigmoid, "power": fit_power}  # scaling.fit -> fitter; "none" fits nothing
 
 
-def fit_points(
-    compute, reward, cfg: ScalingConfig, kind: str | None = None, r0: float | None = None, **overrides
-) -> CurveFit:
+def fit_points(compute, reward, cfg: ScalingConfig, kind: str | None = None, r0: float | None = None,
+               **overrides) -> CurveFit:
     """Fit evaluations with the config's options; points beyond fit_fraction * max compute are held out.
-
     r0: the sigmoid's fixed R0 (default: the reward of the zero-compute evaluations among the points).
-    overrides: extra fitter arguments (e.g. A= for ScaleRL's refit at a common asymptote).
-    """
+    overrides: extra fitter arguments (e.g. A= for ScaleRL's refit at a common asymptote)."""
     kind = kind or cfg.fit
     if kind not in FITTERS:
         raise ValueError(f"nothing to fit with scaling.fit={kind!r}; choose one of {', '.join(FITTERS)}")

@@ -74,11 +74,9 @@ def _number(v) -> float:
 
 
 def pool(series: list[Series]) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """(compute [N], reward [N], R0): the evaluations after step 0 of every run, and R0 = mean step-0 reward.
-
-    The step-0 evaluation anchors R0 whatever compute it carries (gpu_hours at step 0 may count setup
-    time), and stays out of the fitted points. R0 is None when no run has a step-0 evaluation.
-    """
+    """(compute [N], reward [N], R0): the evaluations after step 0 of every run, and R0 = mean step-0 reward
+    (None when no run has one). The step-0 evaluation anchors R0 whatever compute it carries (gpu_hours at
+    step 0 may count setup time), and stays out of the fitted points."""
     r0s = [s.r0 for s in series if s.r0 is not None]
     keep = [s.step > 0 if s.r0 is not None else np.ones(len(s), bool) for s in series]
     compute = np.concatenate([s.compute[k] for s, k in zip(series, keep)]) if series else np.zeros(0)
@@ -90,10 +88,9 @@ def pool(series: list[Series]) -> tuple[np.ndarray, np.ndarray, float | None]:
 
 # Config keys that do not define a recipe: any key with a `seed` part (run seed, data seed), and
 # analysis/bookkeeping settings (prefixes).
-NOT_RECIPE_PREFIXES = (
-    "logger.", "scaling.", "paper", "report", "hydra.", "model.cache_dir", "train.progress", "trainer.threads", "trainer.device",
-    "train.resume", "train.log_every", "train.ckpt_every", "train.callbacks",
-)
+NOT_RECIPE_PREFIXES = ("logger.", "scaling.", "paper", "report", "hydra.", "model.cache_dir", "train.progress",
+                       "trainer.threads", "trainer.device", "train.resume", "train.log_every", "train.ckpt_every",
+                       "train.callbacks")
 
 
 def is_recipe_key(key: str) -> bool:
@@ -136,10 +133,8 @@ def recipe_labels(keys: list[tuple], examples: list[Run], root: Path) -> list[st
         else:
             labels.append(", ".join(f"{_short_key(k)}={_plain(d.get(k, 'unset'))}" for k in short))
     if len(set(labels)) < len(labels):  # collapsing by group name hid a difference: show everything
-        labels = [
-            ", ".join(f"{_short_key(k)}={_plain(d.get(k, 'unset'))}" for k in differing) if "<dir>" not in d else lab
-            for d, lab in zip(dicts, labels)
-        ]
+        labels = [", ".join(f"{_short_key(k)}={_plain(d.get(k, 'unset'))}" for k in differing)
+                  if "<dir>" not in d else lab for d, lab in zip(dicts, labels)]
     return labels
 
 
@@ -167,9 +162,8 @@ def _relative(path: Path, root: Path) -> str:
 
 # ---- one run's fit (the training loop) ------------------------------------------------------
 
-def fit_report(
-    fit: CurveFit, compute: np.ndarray, reward: np.ndarray, target: float, prefix: str = "scaling/"
-) -> dict[str, float]:
+def fit_report(fit: CurveFit, compute: np.ndarray, reward: np.ndarray, target: float,
+               prefix: str = "scaling/") -> dict[str, float]:
     """The fit's flat float dict plus the prediction at the target compute and the error on held-out points."""
     out = fit.to_dict(prefix)
     out[f"{prefix}target_compute"] = float(target)
@@ -186,11 +180,9 @@ def fit_report(
 
 def fit_run(run_dir: str | Path, cfg) -> dict[str, float]:
     """Fit the run's `cfg.metric` against `perf/compute/<cfg.compute>`; write scaling_fit.{json,png} into it.
-
     Returns {"scaling/A", "scaling/B", "scaling/C_mid" (sigmoid) or "scaling/D" (power), "scaling/R0",
     interval bounds "scaling/<p>_lo|_hi", "scaling/sse", "scaling/pred_at_target", ...}, all floats.
-    Raises ValueError when there is nothing to fit (scaling.fit=none, too few points, flat curve, NaN).
-    """
+    Raises ValueError when there is nothing to fit (scaling.fit=none, too few points, flat curve, NaN)."""
     cfg = as_config(cfg)
     if cfg.fit == "none":
         raise ValueError("scaling.fit is 'none': nothing to fit")
@@ -214,15 +206,8 @@ def fit_title(fit: CurveFit, cfg: ScalingConfig) -> str:
 
 
 def write_fit_json(path: Path, fit: CurveFit, cfg: ScalingConfig, series: Series, report: dict) -> None:
-    doc = {
-        "kind": fit.kind,
-        "metric": cfg.metric,
-        "compute": cfg.compute,
-        "params": fit.params,
-        "intervals": {k: list(v) for k, v in fit.intervals.items()},
-        "confidence": fit.confidence,
-        "report": report,
-        "points": {"step": series.step.tolist(), "compute": series.compute.tolist(), "reward": series.reward.tolist()},
-        "config": dataclasses.asdict(cfg),
-    }
+    doc = {"kind": fit.kind, "metric": cfg.metric, "compute": cfg.compute, "params": fit.params,
+           "intervals": {k: list(v) for k, v in fit.intervals.items()}, "confidence": fit.confidence, "report": report,
+           "points": {"step": series.step.tolist(), "compute": series.compute.tolist(), "reward": series.reward.tolist()},
+           "config": dataclasses.asdict(cfg)}
     path.write_text(json.dumps(doc, indent=2, allow_nan=True))
