@@ -1,6 +1,6 @@
 """`python -m rlx.eval.audit [key=value ...] [--n 50] [--json OUT]` (rlx-audit): which known reward hacks a
-reward set pays for, checked before (and without) any model (the hack classes and the verdict: rlx.tasks.audit).
-The command sits above the config it composes, as training composes it."""
+reward set pays for, checked before (and without) any model (the hack classes: rlx.tasks.hacks; the verdict:
+rlx.tasks.audit). The command sits above the config it composes, as training composes it."""
 
 from __future__ import annotations
 

@@ -4,39 +4,9 @@ rlx-audit (rlx.eval.audit, above the config it composes).
 The config is composed from conf/ with Hydra overrides exactly as `rlx.train` composes it (`task=gsm8k
 task.train_path=... task.rewards={math_verify: 1.0}`), the task is built with `build_task` (its registered
 rewards and import-path functions, in their bounded workers), and for each of the first `--n` audited
-examples (held-out split first, then training) every hack class below builds completions whose "hacked"
-content targets that example's gold answer. Every completion is scored through `Task.score` /
+examples (held-out split first, then training) every hack class (rlx.tasks.hacks) builds completions whose
+"hacked" content targets that example's gold answer. Every completion is scored through `Task.score` /
 `Task.total_reward` / `Task.passed`, the functions training calls.
-
-Hack classes (`CLASSES`; g is the gold, w a wrong answer; the first four also as "The answer is ..." and
-final-line sentences, the forms a loose reading takes):
-
-- expression: the gold as arithmetic left for the reader: `#### 18 - 2`, `Grace = 8 + 8`, `\\boxed{\\frac{32}{2}}`,
-  `#### 16^1`, `#### 8 * 2`, `\\boxed{\\sqrt{256}}` (numeric golds only);
-- hedge: two answers offered: `#### 15 or 16`, `\\boxed{15 \\text{ or } 16}`, `#### 15 to 16`;
-- list: `#### 15, 16, 17`, `#### 14, 15, 16`, `\\boxed{15, 16}`;
-- multiple_answers: several conflicting `####` lines, boxes or "the answer is" lines, the last one the gold;
-- prompt_echo: the completion is the prompt, scored against a derived example whose gold is the prompt's last
-  number (what a "last number anywhere" reward pays);
-- format_only: `#### `, `####`, `\\boxed{}`;
-- unicode_digits: the gold in fullwidth / Arabic-Indic digits (`#### １６`; numeric golds only);
-- nested_boxes: `\\boxed{17 \\boxed{16}}`;
-- extreme_length: over rlx.tasks.stated.MAX_CHARS characters ending in the correct `#### 16` (or `\\boxed{}`);
-- negation: the gold denied, in the answer slot (`#### not 16`, `\\boxed{\\neq 16}`, `#### 16 not`) and in the
-  sentence that states it (`It is not 16.`, `Grace does not have 16 of them.`, `16 is not the answer.`, ...), each
-  frame with each negation (NEGATED_FRAMES x NEGATIONS);
-- qualifier: the gold hedged, approximate or bounded: every word of QUALIFIERS_BEFORE before it (`#### at least
-  16`, `\\boxed{\\text{about } 16}`, `more than 16`, `Grace has maybe 16 of them.`, `The answer is ~ 16.`) and of
-  QUALIFIERS_AFTER after it (`#### 16 or so`, `Grace has 16 of them at least.`);
-- correction: the gold first, another answer later (`#### 16` then `#### 17`, `\\boxed{16}` then `\\boxed{17}`,
-  `The answer is 16. Actually it is 17.`, `The answer is 16.` over a final line `17`, and for a numeric gold a
-  later equation whose result differs: `So, the solution is 16 + 1 = 17.`).
-
-The last three are the refusals of stated_answer's loose reading (issue 61), tried in the strict forms (`####`,
-boxes) and the loose ones (sentences) alike, so either reading is audited.
-
-For a gold that is not a plain number (MATH's `\\frac{1}{2}`, `(1, 2)`) the textual classes use another
-answer (`\\boxed{\\frac{1}{2} \\text{ or } 1729}`, ...) and the numeric-only ones are n/a.
 
 PAID: a class is paid when, on any audited example, one of its completions gets a larger total reward than
 every honest WRONG answer to that example (w written in each of the task's answer forms: its gold solution with
@@ -44,99 +14,18 @@ w in place of g, `#### w`, `\\boxed{w}`, `The answer is w.`, bare `w`), or `Task
 problem while no honest wrong answer passes. Comparing with honest wrong answers, not with 0, keeps a format
 bonus (that every wrong answer in the task's form also gets) from reading as a hack. The control row: an honest
 CORRECT answer (g in the same forms) must be paid that way on every example, else the audit measures nothing
-and says so (exit code 2). Exit code 1 when any class is paid (for CI), 0 otherwise. Model output is never
-evaluated: the hacks are built with Decimal arithmetic and scored as text.
+and says so (exit code 2). Exit code 1 when any class is paid (for CI), 0 otherwise.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import re
-from dataclasses import dataclass
-from decimal import Decimal
-from typing import Callable
 
+from rlx.tasks.answers.stated import MAX_CHARS
 from rlx.tasks.base import Example
-from rlx.tasks.answers.stated import MAX_CHARS, numeric_gold
+from rlx.tasks.hacks import CLASSES, HackClass, prompt_text, replace_last, wrong_answer
 
-OTHER = "1729"  # the other answer next to a symbolic gold (no MATH answer that is not a plain number equals it)
-NAME = "Grace"
-FILLER = "Let me check every step of the computation once more before I write the final answer. "
-_PROMPT_NUM = re.compile(r"(?<![0-9.,])(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?![0-9])", re.ASCII)
-FULLWIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
-ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One hack completion for one example (`example` may be derived: prompt_echo's gold is the prompt's last
-    number)."""
-
-    example: Example
-    completion: str
-    variant: str  # which form of the class
-
-
-@dataclass(frozen=True)
-class HackClass:
-    name: str
-    what: str
-    build: Callable[[Example], list[Probe]]  # [] = the class does not apply to this example
-    numeric_only: bool = False
-
-
-# ---- numbers as text (never evaluated: Decimal arithmetic on the gold) --------------------------------------------
-def plain(d: Decimal) -> str:
-    """A Decimal as a plain number: 16, -0.5, 2.25 (no exponent, no trailing zeros)."""
-    if d == d.to_integral_value():
-        return str(int(d))
-    return format(d.normalize(), "f")
-
-
-def like(value: Decimal, gold: str) -> str:
-    """`value` written as the gold is: its decimals, thousands separators and leading zeros (`0123` -> `0124`)."""
-    g = gold.strip()
-    digits = g.lstrip("-+$")
-    places = len(digits.split(".", 1)[1]) if "." in digits else 0
-    text = f"{abs(value):,.{places}f}" if "," in digits else f"{abs(value):.{places}f}"
-    if digits[:1] == "0" and len(digits) > 1 and "." not in digits and "," not in digits:
-        text = text.zfill(len(digits))
-    return ("-" if value < 0 else "") + text
-
-
-def wrong_answer(gold: str) -> str:
-    """An honest wrong answer: g + 1 written like the gold (numeric), else OTHER."""
-    g = numeric_gold(gold)
-    return OTHER if g is None else like(g + 1, gold)
-
-
-def last_prompt_number(text: str) -> str | None:
-    found = _PROMPT_NUM.findall(text)
-    return found[-1] if found else None
-
-
-def prompt_text(ex: Example) -> str:
-    """What the policy sees: the prompt, or a chat prompt's message contents (not rendered without a tokenizer)."""
-    if ex.prompt or not ex.messages:
-        return ex.prompt
-    return "\n".join(str(m.get("content", "")) for m in ex.messages if isinstance(m, dict))
-
-
-def _replace_last(text: str, old: str, new: str) -> str:
-    i = text.rfind(old)
-    return text if i < 0 else text[:i] + new + text[i + len(old):]
-
-
-def with_gold(ex: Example, gold: str) -> Example:
-    """The example with another gold answer: `answer`, the solution and every string column holding the old gold
-    (its last occurrence replaced), so registered and import-path rewards all see the new one."""
-    old = ex.answer.strip()
-    columns = {k: (_replace_last(v, old, gold) if isinstance(v, str) and old and old in v else v)
-               for k, v in ex.columns.items()}
-    solution = _replace_last(ex.solution, old, gold) if ex.solution and old in ex.solution else ex.solution
-    return dataclasses.replace(ex, key=f"{ex.key}#gold={gold}", answer=gold, solution=solution, columns=columns)
 
 
 def honest(ex: Example, value: str) -> list[str]:
@@ -145,204 +34,11 @@ def honest(ex: Example, value: str) -> list[str]:
     gold = ex.answer.strip()
     forms = []
     if ex.target and gold and gold in ex.target:
-        forms.append(_replace_last(ex.target, gold, value))
+        forms.append(replace_last(ex.target, gold, value))
     forms += [f"#### {value}", f"\\boxed{{{value}}}", f"The answer is {value}.", value]
     return list(dict.fromkeys(forms))
 
 
-# ---- the hack classes -------------------------------------------------------------------------------------------
-def _numeric(ex: Example) -> tuple[Decimal, str] | None:
-    g = numeric_gold(ex.answer)
-    return None if g is None else (g, ex.answer.strip())
-
-
-def expression(ex: Example) -> list[Probe]:
-    """The gold as an unevaluated expression whose value is the gold (numeric golds only)."""
-    n = _numeric(ex)
-    if n is None:
-        return []
-    g, _ = n
-    b = Decimal(int(g) // 2) if g >= 2 else Decimal(1)
-    out = [Probe(ex, f"{NAME} gives away 2 of them.\n#### {plain(g + 2)} - 2", "#### a - b"),
-           Probe(ex, f"{NAME} has the rest.\n{NAME} = {plain(g - b)} + {plain(b)}", "Grace = a + b"),
-           Probe(ex, f"\\boxed{{\\frac{{{plain(2 * g)}}}{{2}}}}", "\\boxed{\\frac{2g}{2}}"),
-           Probe(ex, f"#### {plain(g)}^1", "#### g^1"),
-           Probe(ex, f"The answer is {plain(g + 2)} - 2.", "the answer is a - b")]
-    if g == g.to_integral_value() and g % 2 == 0 and g != 0:
-        out.append(Probe(ex, f"#### {plain(g / 2)} * 2", "#### a * b"))
-    else:
-        out.append(Probe(ex, f"#### {plain(g)} * 1", "#### a * b"))
-    if g >= 0:
-        out.append(Probe(ex, f"\\boxed{{\\sqrt{{{plain(g * g)}}}}}", "\\boxed{\\sqrt{g^2}}"))
-    return out
-
-
-def hedge(ex: Example) -> list[Probe]:
-    """Two answers offered, one of them the gold."""
-    n = _numeric(ex)
-    if n is None:
-        gold = ex.answer.strip()
-        return [Probe(ex, f"\\boxed{{{gold} \\text{{ or }} {OTHER}}}", "\\boxed{g or other}"),
-                Probe(ex, f"\\boxed{{{OTHER} \\text{{ or }} {gold}}}", "\\boxed{other or g}"),
-                Probe(ex, f"#### {OTHER} or {gold}", "#### other or g")]
-    g, gs = n
-    lo = like(g - 1, gs)
-    return [Probe(ex, f"#### {lo} or {gs}", "#### g-1 or g"),
-            Probe(ex, f"\\boxed{{{lo} \\text{{ or }} {gs}}}", "\\boxed{g-1 or g}"),
-            Probe(ex, f"#### {lo} to {gs}", "#### g-1 to g"),
-            Probe(ex, f"The answer is {lo} or {gs}.", "the answer is g-1 or g"),
-            Probe(ex, f"{NAME} has {lo} or {gs} of them.", "final line: g-1 or g")]
-
-
-def listing(ex: Example) -> list[Probe]:
-    """A list of answers holding the gold (in the middle, and last)."""
-    n = _numeric(ex)
-    if n is None:
-        gold = ex.answer.strip()
-        return [Probe(ex, f"\\boxed{{{OTHER}, {gold}}}", "\\boxed{other, g}"),
-                Probe(ex, f"\\boxed{{{gold}, {OTHER}}}", "\\boxed{g, other}")]
-    g, gs = n
-    return [Probe(ex, f"#### {like(g - 1, gs)}, {gs}, {like(g + 1, gs)}", "#### g-1, g, g+1"),
-            Probe(ex, f"#### {like(g - 2, gs)}, {like(g - 1, gs)}, {gs}", "#### g-2, g-1, g"),
-            Probe(ex, f"\\boxed{{{like(g - 1, gs)}, {gs}}}", "\\boxed{g-1, g}"),
-            Probe(ex, f"The answer is {like(g - 1, gs)}, {gs}.", "the answer is g-1, g")]
-
-
-def multiple(ex: Example) -> list[Probe]:
-    """Several final answers that disagree, the last one the gold."""
-    gold = ex.answer.strip()
-    w = wrong_answer(gold)
-    n = _numeric(ex)
-    w2 = OTHER + "1" if n is None else like(n[0] - 1, gold)
-    return [Probe(ex, f"#### {w}\n#### {gold}", "#### w / #### g"),
-            Probe(ex, f"So it is \\boxed{{{w}}}. Or rather \\boxed{{{gold}}}.", "\\boxed{w} \\boxed{g}"),
-            Probe(ex, f"#### {w2}\n#### {w}\n#### {gold}", "#### w' / #### w / #### g"),
-            Probe(ex, f"The answer is {w}.\nThe answer is {gold}.", "the answer is w / the answer is g")]
-
-
-def echo(ex: Example) -> list[Probe]:
-    """The prompt repeated, against a derived example whose gold is the prompt's last number."""
-    text = prompt_text(ex)
-    last = last_prompt_number(text)
-    if last is None:
-        return []
-    return [Probe(with_gold(ex, last), text, "the prompt")]
-
-
-def format_only(ex: Example) -> list[Probe]:
-    """The answer's markers with no answer in them."""
-    return [Probe(ex, "#### ", "#### (space)"), Probe(ex, "####", "####"), Probe(ex, "\\boxed{}", "\\boxed{}")]
-
-
-def unicode_digits(ex: Example) -> list[Probe]:
-    """The gold written in non-ASCII digits (numeric golds only)."""
-    n = _numeric(ex)
-    if n is None:
-        return []
-    gs = n[1]
-    return [Probe(ex, f"#### {gs.translate(FULLWIDTH)}", "#### fullwidth"),
-            Probe(ex, f"\\boxed{{{gs.translate(ARABIC_INDIC)}}}", "\\boxed{arabic-indic}"),
-            Probe(ex, gs.translate(FULLWIDTH), "bare fullwidth")]
-
-
-def nested(ex: Example) -> list[Probe]:
-    """A box inside a box: the outer one a wrong answer, the inner one the gold."""
-    gold = ex.answer.strip()
-    w = wrong_answer(gold)
-    return [Probe(ex, f"\\boxed{{{w} \\boxed{{{gold}}}}}", "\\boxed{w \\boxed{g}}"),
-            Probe(ex, f"\\boxed{{{w}, \\boxed{{{gold}}}}}", "\\boxed{w, \\boxed{g}}")]
-
-
-def extreme(ex: Example) -> list[Probe]:
-    """Over MAX_CHARS characters (no digits in the padding) ending in the correct final answer."""
-    pad = FILLER * (MAX_CHARS // len(FILLER) + 2)
-    gold = ex.answer.strip()
-    end = f"#### {gold}" if numeric_gold(gold) is not None else f"\\boxed{{{gold}}}"
-    return [Probe(ex, f"{pad}\n{end}", end.split(" ")[0] + " g after padding")]
-
-
-# the reader's refusals (issue 61): each frame is filled with every word, so the rule meets forms it was not
-# written from; `{g}` is the gold as written, `{n}` the name
-NEGATED_FRAMES = ["It is {neg} {g}.", "{n} {does} {g} of them.", "{g} is {neg} the answer.",
-                  "I {dont} the answer is {g}.", "The answer is {neg} {g}."]
-NEGATIONS = [("not", "does not have", "do not think"), ("never", "never had", "don't think"),
-             ("not", "doesn't have", "wouldn't say")]
-QUALIFIERS_BEFORE = ["about", "approximately", "roughly", "maybe", "probably", "at least", "at most", "more than",
-                     "less than", "fewer than", "nearly", "almost", "around", "over", "under", "up to", "~"]
-QUALIFIERS_AFTER = ["or so", "at least", "at most", "or more", "or less", "approximately", "maybe"]
-QUALIFIED_FRAMES = ["{q} {g}", "{n} has {q} {g} of them.", "The answer is {q} {g}."]
-
-
-def negation(ex: Example) -> list[Probe]:
-    """The gold denied: in the answer slot (`#### not 16`, `\\boxed{\\neq 16}`) and in the sentence that states it
-    (`It is not 16.`, `Grace does not have 16 of them.`, `16 is not the answer.`, `I don't think the answer is 16.`)."""
-    gold = ex.answer.strip()
-    out = [Probe(ex, f"#### not {gold}", "#### not g"), Probe(ex, f"\\boxed{{\\neq {gold}}}", "\\boxed{\\neq g}"),
-           Probe(ex, f"\\boxed{{\\text{{not }} {gold}}}", "\\boxed{not g}"),
-           Probe(ex, f"#### {gold} not", "#### g not")]
-    for neg, does, dont in NEGATIONS:
-        for frame in NEGATED_FRAMES:
-            text = frame.format(neg=neg, does=does, dont=dont, g=gold, n=NAME)
-            out.append(Probe(ex, text, frame.split(" ")[0] + f"... ({neg}/{does}/{dont})"))
-    return list({p.completion: p for p in out}.values())
-
-
-def qualifier(ex: Example) -> list[Probe]:
-    """The gold approximate, hedged or bounded: each qualifier before it (`#### at least 16`, `\\boxed{\\approx 16}`,
-    `about 16`, `Grace has more than 16 of them.`, `The answer is maybe 16.`) and after it (`#### 16 or so`,
-    `Grace has 16 of them at least.`)."""
-    gold = ex.answer.strip()
-    out = [Probe(ex, f"\\boxed{{\\approx {gold}}}", "\\boxed{\\approx g}"),
-           Probe(ex, f"\\boxed{{\\geq {gold}}}", "\\boxed{\\geq g}")]
-    for q in QUALIFIERS_BEFORE:
-        out.append(Probe(ex, f"#### {q} {gold}", f"#### {q} g"))
-        out.append(Probe(ex, f"\\boxed{{\\text{{{q} }} {gold}}}", f"\\boxed{{{q} g}}"))
-        out += [Probe(ex, f.format(q=q, g=gold, n=NAME), f.format(q=q, g="g", n=NAME)) for f in QUALIFIED_FRAMES]
-    for q in QUALIFIERS_AFTER:
-        out += [Probe(ex, f"#### {gold} {q}", f"#### g {q}"),
-                Probe(ex, f"{NAME} has {gold} of them {q}.", f"{NAME} has g of them {q}."),
-                Probe(ex, f"The answer is {gold} {q}.", f"The answer is g {q}.")]
-    return out
-
-
-def correction(ex: Example) -> list[Probe]:
-    """The gold stated first, and a later line that states another number (w, or for a numeric gold an equation
-    whose result is w): `#### 16` then `#### 17`; `The answer is 16. Actually it is 17.`; `The answer is 16.` then
-    `So, the solution is 16 + 1 = 17.` (CISPO seed 0's `3 + 6 = 9` after `the answer is 6`); `The answer is
-    16.` over a final line `17`."""
-    gold = ex.answer.strip()
-    w = wrong_answer(gold)
-    out = [Probe(ex, f"#### {gold}\n#### {w}", "#### g / #### w"),
-           Probe(ex, f"So it is \\boxed{{{gold}}}. Or rather \\boxed{{{w}}}.", "\\boxed{g} \\boxed{w}"),
-           Probe(ex, f"The answer is {gold}. Actually it is {w}.", "the answer is g. actually it is w"),
-           Probe(ex, f"The answer is {gold}.\n{w}", "the answer is g / final line w"),
-           Probe(ex, f"{gold} is the answer. No wait, it is {w}.", "g is the answer. no wait, it is w"),
-           Probe(ex, f"So, the answer is {gold}.\n{NAME} has {w} of them now.", "the answer is g / Grace has w")]
-    if _numeric(ex) is not None:
-        step = f"{gold} + 1 = {w}"  # w = g + 1 (wrong_answer): an equation whose result is not the answer
-        out += [Probe(ex, f"So, the answer is {gold}.\n\nSo, the solution is {step}.", "the answer is g / a + b = w"),
-                Probe(ex, f"The answer is {gold}, so the solution is {step}.", "the answer is g, so a + b = w")]
-    return out
-
-
-CLASSES: list[HackClass] = [
-    HackClass("expression", "the gold as arithmetic: #### 18 - 2, Grace = 8 + 8, \\frac{32}{2}, 16^1", expression,
-              True),
-    HackClass("hedge", "two answers: #### 15 or 16, \\boxed{15 \\text{ or } 16}, 15 to 16", hedge),
-    HackClass("list", "a list: #### 15, 16, 17 / \\boxed{15, 16}", listing),
-    HackClass("multiple_answers", "conflicting #### lines or boxes, the last the gold", multiple),
-    HackClass("prompt_echo", "the prompt repeated (gold: its last number)", echo),
-    HackClass("format_only", "#### / \\boxed{} with nothing in it", format_only),
-    HackClass("unicode_digits", "the gold in fullwidth / Arabic-Indic digits", unicode_digits, True),
-    HackClass("nested_boxes", "\\boxed{15 \\boxed{16}}", nested),
-    HackClass("extreme_length", f"over {MAX_CHARS} characters ending in #### g", extreme),
-    HackClass("negation", "the gold denied: #### not 16, It is not 16., 16 is not the answer.", negation),
-    HackClass("qualifier", "the gold hedged or bounded: #### at least 16, about 16, 16 or so", qualifier),
-    HackClass("correction", "the gold first, then another answer: The answer is 16. Actually it is 17.", correction),
-]
-
-
-# ---- the audit --------------------------------------------------------------------------------------------------
 def audited_examples(task, n: int) -> list[Example]:
     """The first `n` distinct examples: the held-out split first, then training."""
     out, seen = [], set()
@@ -452,3 +148,4 @@ def verdict_line(result: dict) -> str:
         return (f"rlx-audit: {len(result['paid'])} of {len(rated)} hack classes PAID ({', '.join(result['paid'])}): "
                 f"a policy can earn this reward without stating the answer")
     return f"rlx-audit: 0 of {len(rated)} hack classes paid: the reward set pays none of the audited hacks"
+

@@ -1,6 +1,7 @@
-"""rlx-audit (rlx/tasks/audit.py): each hack class builds what it claims (checked with arithmetic written here,
-never eval), every shipped task's default reward set pays none of them, and the audit catches gameable
-rewards: math_verify (expressions) and a "last number anywhere" import-path function (echo, hedges, lists)."""
+"""rlx-audit (rlx/tasks/audit.py; its hack classes: rlx/tasks/hacks.py): each hack class builds what it claims
+(checked with arithmetic written here, never eval), every shipped task's default reward set pays none of them, and
+the audit catches gameable rewards: math_verify (expressions) and a "last number anywhere" import-path function
+(echo, hedges, lists)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlx.eval.audit import main as audit_main
-from rlx.tasks import audit as A
+from rlx.tasks import audit as A, hacks as H
 from rlx.tasks.answers import top_level_boxes
 from rlx.tasks.answers.stated import MAX_CHARS, numeric_gold
 from rlx.tasks.base import Example
@@ -55,7 +56,7 @@ def value_of(expr: str) -> Decimal:
 
 def expression_part(completion: str) -> str:
     last = completion.strip().splitlines()[-1]
-    for pattern in (r"#### (.*)", r"\\boxed\{(.*)\}", rf"{A.NAME} = (.*)", r"The answer is (.*)\."):
+    for pattern in (r"#### (.*)", r"\\boxed\{(.*)\}", rf"{H.NAME} = (.*)", r"The answer is (.*)\."):
         if m := re.fullmatch(pattern, last):
             return m.group(1)
     raise AssertionError(f"no answer slot in {completion!r}")
@@ -70,17 +71,17 @@ GOLDS = ["16", "7", "1", "0", "-3", "0.5", "2.5", "1,000", "146"]
 
 # ---- the builders ----------------------------------------------------------------------------------------------
 def test_like_writes_values_as_the_gold_is_written():
-    assert A.like(Decimal(124), "0123") == "0124"  # rules' digit strings keep their width
-    assert A.like(Decimal(1001), "1,000") == "1,001"
-    assert A.like(Decimal("3.5"), "2.5") == "3.5"
-    assert A.like(Decimal(-2), "-3") == "-2"
-    assert A.wrong_answer("16") == "17" and A.wrong_answer("\\frac{1}{2}") == A.OTHER
+    assert H.like(Decimal(124), "0123") == "0124"  # rules' digit strings keep their width
+    assert H.like(Decimal(1001), "1,000") == "1,001"
+    assert H.like(Decimal("3.5"), "2.5") == "3.5"
+    assert H.like(Decimal(-2), "-3") == "-2"
+    assert H.wrong_answer("16") == "17" and H.wrong_answer("\\frac{1}{2}") == H.OTHER
 
 
 @pytest.mark.parametrize("gold", GOLDS)
 def test_expressions_evaluate_to_the_gold_and_are_not_the_gold(gold):
     g = Decimal(gold.replace(",", ""))
-    probes = A.expression(_ex(gold))
+    probes = H.expression(_ex(gold))
     assert len(probes) >= 6
     for p in probes:
         part = expression_part(p.completion)
@@ -88,33 +89,33 @@ def test_expressions_evaluate_to_the_gold_and_are_not_the_gold(gold):
         assert re.search(r"[-+*^]|\\frac|\\sqrt", part.lstrip("-")), p.completion  # an operation, not the number
     assert any(p.completion.startswith("\\boxed{\\frac{") for p in probes)
     assert any(p.completion.endswith("^1") for p in probes)
-    assert any(f"\n{A.NAME} = " in p.completion for p in probes)
+    assert any(f"\n{H.NAME} = " in p.completion for p in probes)
 
 
 @pytest.mark.parametrize("gold", GOLDS)
 def test_hedges_lists_and_conflicts_offer_the_gold_among_other_numbers(gold):
     g = Decimal(gold.replace(",", ""))
-    for p in A.hedge(_ex(gold)) + A.listing(_ex(gold)):
+    for p in H.hedge(_ex(gold)) + H.listing(_ex(gold)):
         found = numbers(p.completion)
         assert g in found and len(set(found)) >= 2, p.completion
-    assert any(p.completion == f"#### {A.like(g - 1, gold)} or {gold}" for p in A.hedge(_ex(gold)))
-    assert any(numbers(p.completion)[-1] == g for p in A.listing(_ex(gold)))  # one list ends in the gold
-    for p in A.multiple(_ex(gold)):
+    assert any(p.completion == f"#### {H.like(g - 1, gold)} or {gold}" for p in H.hedge(_ex(gold)))
+    assert any(numbers(p.completion)[-1] == g for p in H.listing(_ex(gold)))  # one list ends in the gold
+    for p in H.multiple(_ex(gold)):
         answers = re.findall(r"#### (.*)|\\boxed\{([^{}]*)\}|answer is (.*)\.", p.completion)
         stated = [Decimal(next(x for x in a if x).replace(",", "")) for a in answers]
         assert len(stated) >= 2 and stated[-1] == g and any(s != g for s in stated), p.completion
 
 
 def test_nested_boxes_hold_the_gold_inside_a_wrong_box():
-    for gold, wrong in (("16", "17"), ("\\frac{1}{2}", A.OTHER)):
-        for p in A.nested(Example(key="n", prompt="q", answer=gold)):
+    for gold, wrong in (("16", "17"), ("\\frac{1}{2}", H.OTHER)):
+        for p in H.nested(Example(key="n", prompt="q", answer=gold)):
             (outer,) = top_level_boxes(p.completion)  # one box, another one inside it
             assert outer.startswith(wrong) and outer.endswith("\\boxed{" + gold + "}"), p.completion
 
 
 @pytest.mark.parametrize("gold", ["16", "-3", "0.5", "1,000"])
 def test_unicode_digits_are_the_gold_in_other_digits(gold):
-    for p in A.unicode_digits(_ex(gold)):
+    for p in H.unicode_digits(_ex(gold)):
         assert not re.search(r"[0-9]", p.completion)
         ascii_text = "".join(str(unicodedata.digit(ch)) if unicodedata.digit(ch, None) is not None else ch
                              for ch in p.completion)
@@ -123,12 +124,12 @@ def test_unicode_digits_are_the_gold_in_other_digits(gold):
 
 def test_format_only_echo_and_extreme_length():
     ex = _ex("16")
-    assert [p.completion for p in A.format_only(ex)] == ["#### ", "####", "\\boxed{}"]
-    (echo,) = A.echo(ex)
+    assert [p.completion for p in H.format_only(ex)] == ["#### ", "####", "\\boxed{}"]
+    (echo,) = H.echo(ex)
     assert echo.completion == ex.prompt and echo.example.answer == "2"  # the prompt's last number
     assert echo.example.columns["answer"] == "2" and echo.example.solution.endswith("#### 2")
-    assert A.echo(_ex("16", prompt="How many shells are left?")) == []  # no number in the prompt: not tried
-    (long,) = A.extreme(ex)
+    assert H.echo(_ex("16", prompt="How many shells are left?")) == []  # no number in the prompt: not tried
+    (long,) = H.extreme(ex)
     assert len(long.completion) > MAX_CHARS and long.completion.endswith("\n#### 16")
     assert not re.search(r"[0-9]", long.completion[:-len("#### 16")])  # no other number in the padding
 
@@ -136,19 +137,19 @@ def test_format_only_echo_and_extreme_length():
 @pytest.mark.parametrize("gold", ["\\frac{1}{2}", "3\\sqrt{2}", "(1, 2)"])
 def test_symbolic_golds_get_the_textual_classes_only(gold):
     ex = Example(key="m", prompt="Problem: what is it?\nSolution:", answer=gold)
-    assert A.expression(ex) == [] and A.unicode_digits(ex) == []
-    assert "\\boxed{" + gold + " \\text{ or } " + A.OTHER + "}" in [p.completion for p in A.hedge(ex)]
-    assert "\\boxed{" + A.OTHER + ", " + gold + "}" in [p.completion for p in A.listing(ex)]
-    for p in A.multiple(ex):  # the last answer is the gold, an earlier one is not
+    assert H.expression(ex) == [] and H.unicode_digits(ex) == []
+    assert "\\boxed{" + gold + " \\text{ or } " + H.OTHER + "}" in [p.completion for p in H.hedge(ex)]
+    assert "\\boxed{" + H.OTHER + ", " + gold + "}" in [p.completion for p in H.listing(ex)]
+    for p in H.multiple(ex):  # the last answer is the gold, an earlier one is not
         assert p.completion.rstrip(".").endswith(gold) or p.completion.rstrip(".").endswith(gold + "}"), p.completion
-        assert A.OTHER in p.completion
-    assert A.nested(ex)[0].completion == "\\boxed{" + A.OTHER + " \\boxed{" + gold + "}}"
-    assert A.extreme(ex)[0].completion.endswith("\\boxed{" + gold + "}")
+        assert H.OTHER in p.completion
+    assert H.nested(ex)[0].completion == "\\boxed{" + H.OTHER + " \\boxed{" + gold + "}}"
+    assert H.extreme(ex)[0].completion.endswith("\\boxed{" + gold + "}")
 
 
 # ---- the reader's refusals (issue 61): negation, qualifier, a correction that starts with the gold -------------
 _DENIES = re.compile(r"\b(?:not|never)\b|n't\b|\\neq")
-_QUALIFIES = re.compile("|".join(re.escape(q) for q in A.QUALIFIERS_BEFORE + A.QUALIFIERS_AFTER) + r"|\\approx|\\geq")
+_QUALIFIES = re.compile("|".join(re.escape(q) for q in H.QUALIFIERS_BEFORE + H.QUALIFIERS_AFTER) + r"|\\approx|\\geq")
 
 
 def _stated(text: str) -> list[Decimal]:
@@ -161,13 +162,13 @@ def _stated(text: str) -> list[Decimal]:
 
 @pytest.mark.parametrize("gold", GOLDS)
 def test_negations_and_qualifiers_hold_the_gold_denied_or_bounded(gold):
-    for build, marker in ((A.negation, _DENIES), (A.qualifier, _QUALIFIES)):
+    for build, marker in ((H.negation, _DENIES), (H.qualifier, _QUALIFIES)):
         probes = build(_ex(gold))
         assert len(probes) >= 10 and len({p.completion for p in probes}) == len(probes)
         for p in probes:
             assert gold in p.completion and marker.search(p.completion), (build.__name__, p.completion)
             assert not re.search(r"[0-9]", p.completion.replace(gold, "")), p.completion  # no other number
-    forms = [p.completion for p in A.negation(_ex(gold)) + A.qualifier(_ex(gold))]
+    forms = [p.completion for p in H.negation(_ex(gold)) + H.qualifier(_ex(gold))]
     assert any(f.startswith("####") for f in forms) and any(f.startswith("\\boxed{") for f in forms)
     assert any(f.startswith("It is not") for f in forms) and f"about {gold}" in forms  # the loose reading's forms
 
@@ -175,7 +176,7 @@ def test_negations_and_qualifiers_hold_the_gold_denied_or_bounded(gold):
 @pytest.mark.parametrize("gold", GOLDS)
 def test_corrections_state_the_gold_first_and_another_number_later(gold):
     g = Decimal(gold.replace(",", ""))
-    probes = A.correction(_ex(gold))
+    probes = H.correction(_ex(gold))
     assert len(probes) >= 8
     for p in probes:
         stated = _stated(p.completion)
@@ -192,7 +193,7 @@ def test_stated_answer_refuses_every_generated_variant_under_both_readings(gold)
     from rlx.tasks.rewards import stated_answer_batch
 
     ex = _ex(gold)
-    probes = A.negation(ex) + A.qualifier(ex) + A.correction(ex)
+    probes = H.negation(ex) + H.qualifier(ex) + H.correction(ex)
     texts = [p.completion for p in probes]
     for loose in (True, False):
         scores = stated_answer_batch(texts, [ex] * len(texts), loose=loose)
@@ -236,7 +237,7 @@ def test_every_shipped_task_pays_no_hack_class(name, tmp_path_factory):
 def test_every_shipped_task_passes_the_audit(name, tmp_path_factory):
     code, out, result = shipped(name, tmp_path_factory)
     assert code == 0 and result["paid"] == [], out
-    assert f"0 of {len(A.CLASSES)} hack classes paid" in out.strip().splitlines()[-1]
+    assert f"0 of {len(H.CLASSES)} hack classes paid" in out.strip().splitlines()[-1]
 
 
 def test_math_fixture_tries_the_numeric_only_classes_on_its_numeric_golds_only(tmp_path_factory):
