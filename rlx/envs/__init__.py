@@ -33,10 +33,22 @@ def wrap_engine(cfg, engine, tok):
     from rlx.envs.driver import Budget
     from rlx.envs.engine import EnvEngine
 
+    cfg = as_config(cfg)
+    if cfg.name != "none" and hasattr(env_class(cfg.name), "wrap"):  # drives its own episodes (env=verifiers)
+        return env_class(cfg.name).wrap(cfg, engine, tok)
     make_env = env_factory(cfg, tok)
     if make_env is None:
         return engine
     return EnvEngine(engine, make_env, Budget.from_config(as_config(cfg)))
+
+
+def env_task(cfg, seed: int = 0):
+    """The task an environment brings with it (env=verifiers: its dataset and rubric), None when the
+    task group's task is the run's (every other environment). `cfg` is the env group."""
+    cfg = as_config(cfg)
+    if cfg.name == "none" or not hasattr(env_class(cfg.name), "task"):
+        return None
+    return env_class(cfg.name).task(cfg, seed)
 
 
 def instructions(cfg) -> str:
@@ -80,4 +92,4 @@ def check_env(cfg, task=None) -> None:
 
 
 __all__ = ["ENVIRONMENTS", "EnvConfig", "Environment", "Episode", "Step", "Turn", "as_config", "check_env",
-           "env_class", "env_factory", "instruction_tokens", "instructions", "wrap_engine"]
+           "env_class", "env_factory", "env_task", "instruction_tokens", "instructions", "wrap_engine"]

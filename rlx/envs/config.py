@@ -6,7 +6,7 @@ and every check of a single env value; `__post_init__` runs them when the compos
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 REPLY_FORMATS = ("inline", "chat")  # env.reply_format (rlx.envs.format)
 
@@ -59,6 +59,15 @@ class EnvConfig:
     chat_role: str = field(default="tool", metadata={
         "help": "reply_format=chat: the role of the environment's messages (tool, user)"})
     calculator: CalculatorConfig = field(default_factory=CalculatorConfig)
+    # env=verifiers (rlx.envs.ecosystem): a verifiers environment brings its own prompts and rubric
+    id: Optional[str] = field(default=None, metadata={
+        "help": "env=verifiers: the environment, a module name or a path to its .py file or folder"})
+    args: Any = field(default=None, metadata={
+        "help": "env=verifiers: keyword arguments of the environment's load_environment, a mapping "
+                "('env.args={n_train: 500}')"})
+    reward_timeout_s: float = field(default=60.0, metadata={
+        "help": "env=verifiers: seconds the rubric may take on one prompt's episodes (in a worker killed past it: "
+                "they score 0, counted in train/reward_timeouts)"})
 
     def __post_init__(self) -> None:
         from rlx.envs.registry import ENVIRONMENTS
@@ -66,6 +75,13 @@ class EnvConfig:
         if self.name != "none" and self.name not in ENVIRONMENTS:
             raise ValueError(f"env.name: unknown environment '{self.name}'; registered: none, "
                              f"{', '.join(sorted(ENVIRONMENTS))}")
+        if self.name == "verifiers" and not self.id:
+            raise ValueError("env=verifiers needs env.id: the environment's module name, or a path to its .py file "
+                             "or folder")
+        if self.args is not None and not isinstance(self.args, dict):
+            raise ValueError(f"env.args must be a mapping of load_environment's keyword arguments, got {self.args!r}")
+        if not self.reward_timeout_s > 0:
+            raise ValueError(f"env.reward_timeout_s must be > 0, got {self.reward_timeout_s}")
         if self.max_turns < 1:
             raise ValueError(f"env.max_turns must be >= 1, got {self.max_turns}")
         if self.turn_tokens < 0:

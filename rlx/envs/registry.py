@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-ENVIRONMENTS = {"calculator": "rlx.envs.calculator:CalculatorEnv"}
+ENVIRONMENTS = {"calculator": "rlx.envs.calculator:CalculatorEnv",
+                "verifiers": "rlx.envs.ecosystem.vf_engine:Verifiers"}  # env.id / env.args: docs/envs.md
 
 
 def env_class(name: str):

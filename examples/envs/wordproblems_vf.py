@@ -1,0 +1,63 @@
+"""Word problems as a verifiers environment, written as a verifiers user writes one (verifiers 0.1.10's
+classic API): a `load_environment` that returns a `vf.SingleTurnEnv` with a dataset, a parser and a rubric.
+
+    python -m rlx.train env=verifiers env.id=examples/envs/wordproblems_vf.py 'env.args={n_train: 2000}'
+
+The problems are rlx's generated word problems (rlx.tasks.wordproblems.make_problem: a story of `steps`
+arithmetic steps with a whole-number answer, asking for the answer as '#### N'), so a run here can be set
+beside rlx's own `task=wordproblems`; everything else is this file's own: the rows, the parser that reads the
+stated answer, and the rubric that scores it (not rlx's stated_answer).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import verifiers as vf
+from datasets import Dataset
+
+from rlx.tasks.wordproblems import make_problem
+
+_STATED = re.compile(r"####\s*(-?\d[\d,]*(?:\.\d+)?)")
+
+
+def stated_number(text: str) -> str | None:
+    """The number of the last '#### N' in `text`, written plainly ('1,200' -> '1200', '7.0' -> '7'), or None."""
+    found = _STATED.findall(text or "")
+    if not found:
+        return None
+    number = found[-1].replace(",", "")
+    return number[:-2] if number.endswith(".0") else number
+
+
+def correct_answer(completion, answer, parser, **kwargs) -> float:
+    """1 when the reply's last '#### N' states the answer."""
+    return 1.0 if parser.parse_answer(completion) == str(answer) else 0.0
+
+
+def states_an_answer(completion, parser, **kwargs) -> float:
+    """1 when the reply states some number as '#### N' (a metric: weight 0)."""
+    return 0.0 if parser.parse_answer(completion) is None else 1.0
+
+
+def _rows(n: int, steps: int, max_operand: int, seed: int, exclude: set[str]) -> list[dict]:
+    rng, rows = random.Random(seed), []
+    while len(rows) < n:
+        question, record = make_problem(rng, steps, max_operand)
+        if question in exclude:
+            continue
+        exclude.add(question)
+        rows.append({"question": question, "answer": record["answer"], "info": {"solution": record["solution"]}})
+    return rows
+
+
+def load_environment(n_train: int = 2000, n_eval: int = 200, steps: int = 2, max_operand: int = 20, seed: int = 0,
+                     system_prompt: str | None = None) -> vf.Environment:
+    seen: set[str] = set()
+    train = _rows(n_train, steps, max_operand, seed, seen)
+    held = _rows(n_eval, steps, max_operand, seed + 1, seen)  # never a training question
+    parser = vf.Parser(extract_fn=stated_number)
+    rubric = vf.Rubric(funcs=[correct_answer, states_an_answer], weights=[1.0, 0.0], parser=parser)
+    return vf.SingleTurnEnv(dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(held),
+                            system_prompt=system_prompt, parser=parser, rubric=rubric)
