@@ -16,16 +16,6 @@ def build_extrapolator(cfg, total_steps: int) -> Extrapolator | None:
     return None if kind == "none" else EXTRAPOLATORS[kind](cfg, total_steps)
 
 
-__all__ = [
-    "EXTRAPOLATORS",
-    "ExtrapolationConfig",
-    "Extrapolator",
-    "LinearExtrapolator",
-    "NextExtrapolator",
-    "TrajectoryPredictor",
-    "build_extrapolator",
-    "fold_into_lora",
-    "fold_rank1",
-    "rank1_from_lora",
-    "train_predictor",
-]
+__all__ = ["EXTRAPOLATORS", "ExtrapolationConfig", "Extrapolator", "LinearExtrapolator", "NextExtrapolator",
+           "TrajectoryPredictor", "build_extrapolator", "fold_into_lora", "fold_rank1", "rank1_from_lora",
+           "train_predictor"]

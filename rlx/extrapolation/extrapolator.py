@@ -102,17 +102,11 @@ class Extrapolator:
         return self.metrics()
 
     def metrics(self) -> dict[str, float]:
-        out = {
-            "extrap/records": float(self._n_records()),
-            "extrap/jumps": float(len(self.jumps)),
-            "extrap/steps_saved": float(self.steps_saved),
-            "extrap/time_s/records": self.timer.totals["records"],
-            "extrap/time_s/svd": self.timer.totals["svd"],
-            "extrap/time_s/predictor": self.timer.totals["predictor"],
-            "extrap/predictor_loss": float(self.predictor_loss),
-        }
-        out.update(self._jump_metrics)
-        return out
+        t = self.timer.totals
+        return {"extrap/records": float(self._n_records()), "extrap/jumps": float(len(self.jumps)),
+                "extrap/steps_saved": float(self.steps_saved), "extrap/time_s/records": t["records"],
+                "extrap/time_s/svd": t["svd"], "extrap/time_s/predictor": t["predictor"],
+                "extrap/predictor_loss": float(self.predictor_loss), **self._jump_metrics}
 
     def _reset_optimizer(self, optimizer, modules: list[LoraFactors]) -> int:
         if optimizer is None or not self.cfg.reset_optimizer:
@@ -146,24 +140,14 @@ class Extrapolator:
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {
-            "version": STATE_VERSION,
-            "type": self.kind,
-            "started": self.started,
-            "last_step": self.last_step,
-            "module_names": list(self.module_names),
-            "jumps": list(self.jumps),
-            "steps_saved": self.steps_saved,
-            "predictor_loss": self.predictor_loss,
-            "timings": dict(self.timer.totals),
-        }
+        return {"version": STATE_VERSION, "type": self.kind, "started": self.started, "last_step": self.last_step,
+                "module_names": list(self.module_names), "jumps": list(self.jumps), "steps_saved": self.steps_saved,
+                "predictor_loss": self.predictor_loss, "timings": dict(self.timer.totals)}
 
     def load_state_dict(self, sd: dict) -> None:
         if sd.get("version") != STATE_VERSION or sd.get("type") != self.kind:
-            raise ValueError(
-                f"extrapolation: checkpoint state is type {sd.get('type')!r} v{sd.get('version')}, "
-                f"expected {self.kind!r} v{STATE_VERSION}"
-            )
+            raise ValueError(f"extrapolation: checkpoint state is type {sd.get('type')!r} v{sd.get('version')}, "
+                             f"expected {self.kind!r} v{STATE_VERSION}")
         self.started, self.last_step = bool(sd["started"]), int(sd["last_step"])
         self.module_names, self.jumps = list(sd["module_names"]), list(sd["jumps"])
         self.steps_saved, self.predictor_loss = float(sd["steps_saved"]), float(sd["predictor_loss"])

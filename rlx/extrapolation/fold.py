@@ -21,27 +21,19 @@ from rlx.extrapolation.rank1 import lowrank_svd, work_dtype
 GAUGE_FLOOR = 0.1
 
 
-def fold_into_lora(
-    A: torch.Tensor,
-    B: torch.Tensor,
-    L_extra: torch.Tensor,
-    R_extra: torch.Tensor,
-    gauge_floor: float = GAUGE_FLOOR,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fold_into_lora(A: torch.Tensor, B: torch.Tensor, L_extra: torch.Tensor, R_extra: torch.Tensor,
+                   gauge_floor: float = GAUGE_FLOOR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rank-r factors (A' [r, in], B' [out, r]) of B A + L_extra R_extra, and the dropped part.
-
     L_extra [out, k], R_extra [k, in] are in factor units (divide W-space jumps by `scaling`).
     Returns (A', B', dropped) in the work dtype (float32, or float64 for float64 input), where
-    `dropped` [m - r] are the discarded singular values (||error||_F = ||dropped||_2).
-    """
+    `dropped` [m - r] are the discarded singular values (||error||_F = ||dropped||_2)."""
     r, n_in = A.shape
     n_out = B.shape[0]
     if min(n_in, n_out) < r:
         raise ValueError(f"fold_into_lora: rank {r} exceeds the layer dimensions ({n_out}, {n_in})")
     if L_extra.shape[0] != n_out or R_extra.shape[1] != n_in or L_extra.shape[1] != R_extra.shape[0]:
-        raise ValueError(
-            f"fold_into_lora: extra factors {tuple(L_extra.shape)}, {tuple(R_extra.shape)} do not fit ({n_out}, {n_in})"
-        )
+        raise ValueError(f"fold_into_lora: extra factors {tuple(L_extra.shape)}, {tuple(R_extra.shape)} do not fit "
+                         f"({n_out}, {n_in})")
     dt = work_dtype(A)
     A_, B_ = A.to(dt), B.to(dt)
     L = torch.cat([B_, L_extra.to(device=B_.device, dtype=dt)], dim=1)  # [out, r + k]
@@ -59,14 +51,8 @@ def fold_into_lora(
     return A_new, B_new, dropped
 
 
-def fold_rank1(
-    A: torch.Tensor,
-    B: torch.Tensor,
-    scaling: float,
-    u: torch.Tensor,
-    sigma: torch.Tensor | float,
-    v: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fold_rank1(A: torch.Tensor, B: torch.Tensor, scaling: float, u: torch.Tensor, sigma: torch.Tensor | float,
+               v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Factors for scaling * B' A' ~= scaling * B A + sigma * u v^T (u [out], v [in], W units)."""
     dt = work_dtype(A)
     L_extra = (u.to(dt) * (sigma / scaling))[:, None]  # [out, 1]

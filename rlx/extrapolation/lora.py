@@ -45,14 +45,11 @@ def lora_modules(model: nn.Module, adapter: str = "default") -> list[LoraFactors
         A = lora_A[adapter].weight
         B = module.lora_B[adapter].weight
         if A.ndim != 2 or B.ndim != 2 or A.shape[0] != B.shape[1]:
-            raise ValueError(
-                f"extrapolation: module {name!r} has non-matrix LoRA factors {tuple(A.shape)}, {tuple(B.shape)}"
-            )
+            raise ValueError(f"extrapolation: module {name!r} has non-matrix LoRA factors {tuple(A.shape)}, "
+                             f"{tuple(B.shape)}")
         if min(B.shape[0], A.shape[1]) < A.shape[0]:
-            raise ValueError(
-                f"extrapolation: module {name!r} has LoRA rank {A.shape[0]} above its dimensions "
-                f"({B.shape[0]}, {A.shape[1]})"
-            )
+            raise ValueError(f"extrapolation: module {name!r} has LoRA rank {A.shape[0]} above its dimensions "
+                             f"({B.shape[0]}, {A.shape[1]})")
         found.append(LoraFactors(name, A, B, float(module.scaling[adapter])))
     if not found:
         raise ValueError(f"extrapolation: the model has no LoRA modules with adapter {adapter!r}")

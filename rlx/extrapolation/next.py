@@ -9,12 +9,7 @@ from rlx.extrapolation.extrapolator import Extrapolator
 from rlx.extrapolation.fit_cache import train_or_load
 from rlx.extrapolation.fold import fold_rank1
 from rlx.extrapolation.lora import snapshot
-from rlx.extrapolation.predictor import (
-    PredictorFit,
-    decode_triplet,
-    encode_triplet,
-    train_predictor,
-)
+from rlx.extrapolation.predictor import PredictorFit, decode_triplet, encode_triplet, train_predictor
 from rlx.extrapolation.records import TrajectoryRecords
 
 
@@ -54,10 +49,8 @@ class NextExtrapolator(Extrapolator):
                 if with_targets:
                     y.append(encode_triplet(tgt[m.name]).to(device))
                 keys.append((t, m.name))
-        return {
-            shape: (torch.stack(g), torch.stack(l), torch.stack(y) if with_targets else None, keys)
-            for shape, (g, l, y, keys) in sorted(rows.items())
-        }
+        return {shape: (torch.stack(g), torch.stack(l), torch.stack(y) if with_targets else None, keys)
+                for shape, (g, l, y, keys) in sorted(rows.items())}
 
     def _train(self, modules) -> None:
         steps = self.records.pairs()
@@ -66,11 +59,9 @@ class NextExtrapolator(Extrapolator):
         cfg = self.cfg
         self.fits, first, last, counts, stored = {}, [], [], [], 0
         for shape, (g, l, y, _) in self._bucket_rows(modules, steps, with_targets=True).items():
-            settings = dict(
-                hidden=int(cfg.hidden), epochs=int(cfg.epochs), lr=float(cfg.lr),
-                min_lr_ratio=float(cfg.min_lr_ratio), weight_decay=float(cfg.weight_decay),
-                seed=int(cfg.seed) * 1_000_003 + len(self.jumps) * 7_919 + shape[0] * 31 + shape[1],
-            )  # fmt: skip
+            settings = dict(hidden=int(cfg.hidden), epochs=int(cfg.epochs), lr=float(cfg.lr),
+                            min_lr_ratio=float(cfg.min_lr_ratio), weight_decay=float(cfg.weight_decay),
+                            seed=int(cfg.seed) * 1_000_003 + len(self.jumps) * 7_919 + shape[0] * 31 + shape[1])
             if getattr(cfg, "fit_cache", None):  # arms that share their records up to here share the fit (fit_cache.py)
                 fit, hit = train_or_load(Path(cfg.fit_cache), g, l, y, **settings)
                 stored += hit
@@ -116,13 +107,9 @@ class NextExtrapolator(Extrapolator):
         self.records.after_jump(step, modules, self.timer)
         self.steps_saved += self.alpha * self.records.horizon
         if sig:
-            self._jump_metrics.update(
-                {
-                    "extrap/jump_sigma_mean": sum(sig) / len(sig),
-                    "extrap/jump_cos_local": sum(cos) / len(cos),
-                    "extrap/fold_rel_error": sum(lost) / len(lost),
-                }
-            )
+            self._jump_metrics.update({"extrap/jump_sigma_mean": sum(sig) / len(sig),
+                                       "extrap/jump_cos_local": sum(cos) / len(cos),
+                                       "extrap/fold_rel_error": sum(lost) / len(lost)})
 
     # -- state ------------------------------------------------------------------------------
     def state_dict(self):

@@ -26,9 +26,8 @@ from rlx.extrapolation.rank1 import Triplet
 
 
 def _block(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(d_in, hidden), nn.Linear(hidden, d_in), nn.ReLU(), nn.Linear(d_in, hidden), nn.Linear(hidden, d_out)
-    )
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.Linear(hidden, d_in), nn.ReLU(), nn.Linear(d_in, hidden),
+                         nn.Linear(hidden, d_out))
 
 
 class TrajectoryPredictor(nn.Module):
@@ -97,28 +96,14 @@ def bucket_scale(targets: torch.Tensor) -> float:
     return math.sqrt(targets.shape[1]) / mean_norm if mean_norm > 0 else 1.0
 
 
-def train_predictor(
-    global_x: torch.Tensor,
-    local_x: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    hidden: int,
-    epochs: int,
-    lr: float,
-    min_lr_ratio: float,
-    weight_decay: float,
-    seed: int,
-) -> PredictorFit:
-    """Fit one bucket's predictor full batch. global_x, local_x, targets: [N, d] (same device).
-
-    The net is initialised from `seed` without touching the global RNG, so a fit is a pure
-    function of its inputs (bitwise reproducible on the same device).
-    """
+def train_predictor(global_x: torch.Tensor, local_x: torch.Tensor, targets: torch.Tensor, *, hidden: int,
+                    epochs: int, lr: float, min_lr_ratio: float, weight_decay: float, seed: int) -> PredictorFit:
+    """Fit one bucket's predictor full batch. global_x, local_x, targets: [N, d] (same device). The net is
+    initialised from `seed` without touching the global RNG, so a fit is a pure function of its inputs
+    (bitwise reproducible on the same device)."""
     if not (global_x.shape == local_x.shape == targets.shape) or global_x.ndim != 2 or global_x.shape[0] == 0:
-        raise ValueError(
-            "train_predictor: need equal non-empty [N, d] tensors, "
-            f"got {tuple(global_x.shape)}, {tuple(local_x.shape)}, {tuple(targets.shape)}"
-        )
+        raise ValueError(f"train_predictor: need equal non-empty [N, d] tensors, got {tuple(global_x.shape)}, "
+                         f"{tuple(local_x.shape)}, {tuple(targets.shape)}")
     if epochs < 1:
         raise ValueError(f"train_predictor: epochs must be >= 1, got {epochs}")
     d = global_x.shape[1]

@@ -41,18 +41,11 @@ def lowrank_svd(L: torch.Tensor, R: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return Q1 @ U, S, Q2 @ Vh.T
 
 
-def rank1_from_lora(
-    A: torch.Tensor,
-    B: torch.Tensor,
-    scaling: float,
-    A0: torch.Tensor | None = None,
-    B0: torch.Tensor | None = None,
-) -> Triplet:
+def rank1_from_lora(A: torch.Tensor, B: torch.Tensor, scaling: float, A0: torch.Tensor | None = None,
+                    B0: torch.Tensor | None = None) -> Triplet:
     """(u [out], s [], v [in]): top singular triplet of scaling * (B A - B0 A0), sign canonical.
-
     A [r, in], B [out, r]; A0 / B0 (both or neither) are the reference factors (rank may differ).
-    Computed in float32 (float64 if A is float64); u and v are unit vectors, s >= 0.
-    """
+    Computed in float32 (float64 if A is float64); u and v are unit vectors, s >= 0."""
     if (A0 is None) != (B0 is None):
         raise ValueError("rank1_from_lora: pass both A0 and B0, or neither")
     if A.ndim != 2 or B.ndim != 2 or A.shape[0] != B.shape[1]:

@@ -76,14 +76,9 @@ class TrajectoryRecords:
                 loc = _aligned(self._triplet(m, self.window[prev][m.name]), g)
                 record[m.name] = {"global": g, "local": loc}
             if start in self.window and start in self.records:
-                self.targets[start] = {
-                    m.name: _aligned(
-                        self._triplet(m, self.window[start][m.name]),
-                        self.records[start][m.name]["local"],
-                        self.records[start][m.name]["global"],
-                    )
-                    for m in modules
-                }
+                self.targets[start] = {m.name: _aligned(self._triplet(m, self.window[start][m.name]),
+                                                        self.records[start][m.name]["local"],
+                                                        self.records[start][m.name]["global"]) for m in modules}
         with timer("records"):
             self.records[step] = record
             self.window[step] = snapshot(modules, self.to_cpu)
@@ -105,22 +100,13 @@ class TrajectoryRecords:
 
     def state_dict(self) -> dict:
         """Nested dicts of tensors (the containers are copied; tensors are never mutated here)."""
-        return _copy_tree(
-            {
-                "interval": self.interval,
-                "horizon": self.horizon,
-                "initial": self.initial,
-                "window": self.window,
-                "records": self.records,
-                "targets": self.targets,
-            }
-        )
+        return _copy_tree({"interval": self.interval, "horizon": self.horizon, "initial": self.initial,
+                           "window": self.window, "records": self.records, "targets": self.targets})
 
     def load_state_dict(self, sd: dict) -> None:
         if (sd["interval"], sd["horizon"]) != (self.interval, self.horizon):
-            raise ValueError(
-                f"records: checkpoint has interval/horizon {sd['interval']}/{sd['horizon']}, config {self.interval}/{self.horizon}"
-            )
+            raise ValueError(f"records: checkpoint has interval/horizon {sd['interval']}/{sd['horizon']}, config "
+                             f"{self.interval}/{self.horizon}")
         sd = _copy_tree(sd)
         self.initial, self.window = sd["initial"], sd["window"]
         self.records, self.targets = sd["records"], sd["targets"]
