@@ -19,22 +19,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'rlx.quant' has no attribute {name!r}")
 
 
-__all__ = [
-    "FORMATS",
-    "LoraQuantLinear",
-    "QuantConfig",
-    "QuantLinear",
-    "QuantizedTensor",
-    "decoder_layers",
-    "dequantize",
-    "export_compressed_tensors",
-    "get_format",
-    "load_compressed_tensors",
-    "load_lora_adapter",
-    "packed_state",
-    "prepare_lora_config",
-    "quant_linears",
-    "quantize",
-    "quantize_model",
-    "quantized_bytes",
-]
+__all__ = ["FORMATS", "LoraQuantLinear", "QuantConfig", "QuantLinear", "QuantizedTensor", "decoder_layers",
+           "dequantize", "export_compressed_tensors", "get_format", "load_compressed_tensors", "load_lora_adapter",
+           "packed_state", "prepare_lora_config", "quant_linears", "quantize", "quantize_model", "quantized_bytes"]

@@ -18,15 +18,8 @@ from rlx.quant.linear import QuantLinear
 from rlx.quant.tensor import QuantizedTensor
 
 CT_FORMAT = "nvfp4-pack-quantized"
-NVFP4_WEIGHT_ARGS = {
-    "num_bits": 4,
-    "type": "float",
-    "symmetric": True,
-    "group_size": 16,
-    "strategy": "tensor_group",
-    "dynamic": False,
-    "scale_dtype": "torch.float8_e4m3fn",
-}
+NVFP4_WEIGHT_ARGS = {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16, "strategy": "tensor_group",
+                     "dynamic": False, "scale_dtype": "torch.float8_e4m3fn"}
 WEIGHTS_NAME = "model.safetensors"
 
 
@@ -42,25 +35,11 @@ def _clean(name: str) -> str:
 
 def quantization_config(ignore: list[str]) -> dict:
     """The compressed-tensors quantization_config for an NVFP4 (weight-only) checkpoint."""
-    return {
-        "config_groups": {
-            "group_0": {
-                "targets": ["Linear"],
-                "weights": dict(NVFP4_WEIGHT_ARGS),
-                "input_activations": None,
-                "output_activations": None,
-                "format": CT_FORMAT,
-            }
-        },
-        "quant_method": "compressed-tensors",
-        "format": CT_FORMAT,
-        "quantization_status": "compressed",
-        "kv_cache_scheme": None,
-        "global_compression_ratio": None,
-        "ignore": ignore,
-        "sparsity_config": {},
-        "transform_config": {},
-    }
+    group = {"targets": ["Linear"], "weights": dict(NVFP4_WEIGHT_ARGS), "input_activations": None,
+             "output_activations": None, "format": CT_FORMAT}
+    return {"config_groups": {"group_0": group}, "quant_method": "compressed-tensors", "format": CT_FORMAT,
+            "quantization_status": "compressed", "kv_cache_scheme": None, "global_compression_ratio": None,
+            "ignore": ignore, "sparsity_config": {}, "transform_config": {}}
 
 
 def _checkpoint_tensors(model: nn.Module) -> tuple[dict[str, Tensor], list[str]]:
@@ -97,11 +76,8 @@ def _checkpoint_tensors(model: nn.Module) -> tuple[dict[str, Tensor], list[str]]
         seen.add(t.data_ptr())
         tensors[name] = t.cpu()
 
-    ignore = sorted(
-        _clean(n)
-        for n, m in model.named_modules()
-        if isinstance(m, nn.Linear) and "lora_" not in n and _clean(n) not in quantized
-    )
+    ignore = sorted(_clean(n) for n, m in model.named_modules()
+                    if isinstance(m, nn.Linear) and "lora_" not in n and _clean(n) not in quantized)
     return tensors, ignore
 
 
@@ -178,14 +154,10 @@ def load_compressed_tensors(path: str | Path, dtype: torch.dtype = torch.bfloat1
 
     for name in [k[: -len(".weight_packed")] for k in tensors if k.endswith(".weight_packed")]:
         packed = tensors.pop(f"{name}.weight_packed")
-        qt = QuantizedTensor(
-            fmt="nvfp4",
-            packed=packed,
-            scale=tensors.pop(f"{name}.weight_scale").to(torch.float8_e4m3fn),
-            global_scale=tensors.pop(f"{name}.weight_global_scale").to(torch.float32).reshape(1),
-            shape=torch.Size((packed.shape[0], packed.shape[1] * 2)),
-            dtype=dtype,
-        )
+        qt = QuantizedTensor(fmt="nvfp4", packed=packed,
+                             scale=tensors.pop(f"{name}.weight_scale").to(torch.float8_e4m3fn),
+                             global_scale=tensors.pop(f"{name}.weight_global_scale").to(torch.float32).reshape(1),
+                             shape=torch.Size((packed.shape[0], packed.shape[1] * 2)), dtype=dtype)
         bias = tensors.pop(f"{name}.bias", None)
         owner, _, attr = name.rpartition(".")
         setattr(model.get_submodule(owner), attr, QuantLinear(qt, None if bias is None else bias.to(dtype), kernel))
@@ -195,11 +167,8 @@ def load_compressed_tensors(path: str | Path, dtype: torch.dtype = torch.bfloat1
     if config.tie_word_embeddings:
         model.tie_weights()
     quantized = {n for n, m in model.named_modules() if isinstance(m, QuantLinear)}
-    missing = [
-        k
-        for k in result.missing_keys
-        if k.rsplit(".", 1)[0] not in quantized and not (config.tie_word_embeddings and k == "lm_head.weight")
-    ]
+    missing = [k for k in result.missing_keys
+               if k.rsplit(".", 1)[0] not in quantized and not (config.tie_word_embeddings and k == "lm_head.weight")]
     if missing or result.unexpected_keys:
         raise ValueError(f"checkpoint does not match the model: missing {missing}, unexpected {result.unexpected_keys}")
     _materialize_meta_buffers(model)

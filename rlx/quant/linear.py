@@ -13,13 +13,8 @@ from rlx.quant.tensor import QuantizedTensor
 KERNELS = ("auto", "torch", "triton")
 
 # QuantizedTensor field -> buffer name (nvfp4 names are compressed-tensors' checkpoint names)
-_BUFFERS = {
-    "packed": "weight_packed",
-    "scale": "weight_scale",
-    "global_scale": "weight_global_scale",
-    "scale_absmax": "weight_scale_absmax",
-    "scale_offset": "weight_scale_offset",
-}
+_BUFFERS = {"packed": "weight_packed", "scale": "weight_scale", "global_scale": "weight_global_scale",
+            "scale_absmax": "weight_scale_absmax", "scale_offset": "weight_scale_offset"}
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 _TRITON_FAILED = False  # set once the fused kernel failed under kernel=auto
 
@@ -66,9 +61,8 @@ class QuantLinear(nn.Module):
     def quantized_weight(self) -> QuantizedTensor:
         """The stored weight as a QuantizedTensor (views of the buffers, no copy)."""
         tensors = {f: self._buffer(b) for f, b in _BUFFERS.items() if b in self._buffers}
-        return QuantizedTensor(
-            fmt=self.fmt, shape=torch.Size((self.out_features, self.in_features)), dtype=self.weight_dtype, **tensors
-        )
+        return QuantizedTensor(fmt=self.fmt, shape=torch.Size((self.out_features, self.in_features)),
+                               dtype=self.weight_dtype, **tensors)
 
     @property
     def qweight(self) -> Tensor:
@@ -122,10 +116,8 @@ class QuantLinear(nn.Module):
         return F.linear(x, self.dequantize(x.dtype), bias)
 
     def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
-            f"bias={self.bias is not None}"
-        )
+        return (f"in_features={self.in_features}, out_features={self.out_features}, fmt={self.fmt}, "
+                f"bias={self.bias is not None}")
 
 
 @contextlib.contextmanager

@@ -15,15 +15,8 @@ class LoraQuantLinear(nn.Module, LoraLayer):
     Merging is refused: folding the adapter into 4-bit codes would change the frozen base.
     """
 
-    def __init__(
-        self,
-        base_layer: nn.Module,
-        adapter_name: str,
-        config: LoraConfig,
-        r: int = 0,
-        lora_alpha: int = 1,
-        **kwargs: Any,
-    ):
+    def __init__(self, base_layer: nn.Module, adapter_name: str, config: LoraConfig, r: int = 0, lora_alpha: int = 1,
+                 **kwargs: Any):
         if config.use_dora:
             raise ValueError("LoRA on a QuantLinear base does not support DoRA (use_dora=False)")
         super().__init__()

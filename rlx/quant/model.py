@@ -106,8 +106,5 @@ def quantized_bytes(model: nn.Module) -> tuple[int, int]:
 
 def packed_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Copies of every QuantLinear buffer (codes, scales) by qualified name, for 'base unchanged' checks."""
-    return {
-        f"{name}.{buffer_name}": buffer.detach().clone()
-        for name, module in quant_linears(model).items()
-        for buffer_name, buffer in module.named_buffers(recurse=False)
-    }
+    return {f"{name}.{buffer_name}": buffer.detach().clone() for name, module in quant_linears(model).items()
+            for buffer_name, buffer in module.named_buffers(recurse=False)}

@@ -44,9 +44,8 @@ def quantize_mxfp4(weight: Tensor) -> QuantizedTensor:
         scaled = blocks[r0 : r0 + rows].to(torch.float32) / divisor[r0 : r0 + rows, :, None]  # [rows, K/32, 32]
         codes = e2m1_encode(scaled.reshape(-1, k), zero_sign="signbit")
         packed[r0 : r0 + rows] = pack_low_first(codes)
-    return QuantizedTensor(
-        fmt="mxfp4", packed=packed, scale=biased.to(torch.uint8), shape=weight.shape, dtype=weight.dtype
-    )
+    return QuantizedTensor(fmt="mxfp4", packed=packed, scale=biased.to(torch.uint8), shape=weight.shape,
+                           dtype=weight.dtype)
 
 
 def dequantize_mxfp4(qt: QuantizedTensor, dtype: torch.dtype) -> Tensor:

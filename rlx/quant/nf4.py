@@ -22,24 +22,10 @@ SCALE_BLOCK = 256  # double quantization block over the absmax values
 _CHUNK_ELEMENTS = 1 << 22  # CPU chunk: bounds fp32 temporaries; few chunks = few thread syncs
 
 # The NF4 data type of QLoRA (quantiles of N(0, 1), as hard-coded in bitsandbytes).
-NF4_VALUES = (
-    -1.0,
-    -0.6961928009986877,
-    -0.5250730514526367,
-    -0.39491748809814453,
-    -0.28444138169288635,
-    -0.18477343022823334,
-    -0.09105003625154495,
-    0.0,
-    0.07958029955625534,
-    0.16093020141124725,
-    0.24611230194568634,
-    0.33791524171829224,
-    0.44070982933044434,
-    0.5626170039176941,
-    0.7229568362236023,
-    1.0,
-)
+NF4_VALUES = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+              -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+              0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941, 0.7229568362236023,
+              1.0)
 _CACHE: dict[tuple[str, torch.device], Tensor] = {}
 
 
@@ -150,9 +136,8 @@ def quantize_nf4(weight: Tensor, double_quant: bool = False) -> QuantizedTensor:
             raise ValueError(f"nf4: double quantization overflows fp32 for this weight (|w| up to "
                              f"{float(absmax.max()):.3g}); quantize it with double_quant=False")
         extra = {"scale_absmax": scale_absmax, "scale_offset": offset}
-    return QuantizedTensor(
-        fmt="nf4", packed=packed.view(n, k // 2), scale=scale, shape=weight.shape, dtype=weight.dtype, **extra
-    )
+    return QuantizedTensor(fmt="nf4", packed=packed.view(n, k // 2), scale=scale, shape=weight.shape,
+                           dtype=weight.dtype, **extra)
 
 
 def dequantize_nf4(qt: QuantizedTensor, dtype: torch.dtype) -> Tensor:

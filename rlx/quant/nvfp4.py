@@ -89,14 +89,8 @@ def quantize_nvfp4(weight: Tensor, global_scale: Tensor | None = None) -> Quanti
         scaled = blocks[r0 : r0 + rows] / effective[r0 : r0 + rows, :, None]  # fp32 [rows, K/16, 16]
         codes = e2m1_encode(scaled.reshape(-1, k), zero_sign="negative")  # [rows, K]
         packed[r0 : r0 + rows] = pack_low_first(codes)
-    return QuantizedTensor(
-        fmt="nvfp4",
-        packed=packed,
-        scale=scale.to(torch.float8_e4m3fn),
-        shape=weight.shape,
-        dtype=weight.dtype,
-        global_scale=global_scale,
-    )
+    return QuantizedTensor(fmt="nvfp4", packed=packed, scale=scale.to(torch.float8_e4m3fn), shape=weight.shape,
+                           dtype=weight.dtype, global_scale=global_scale)
 
 
 def dequantize_nvfp4(qt: QuantizedTensor, dtype: torch.dtype) -> Tensor:

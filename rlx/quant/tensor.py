@@ -66,9 +66,7 @@ def check_weight(weight: Tensor, fmt: str, multiple: int, reason: str | None = N
         raise ValueError(f"{fmt}: cannot quantize an empty weight of shape {tuple(weight.shape)}")
     if k % multiple != 0:
         reason = reason or f"the {fmt} block size {multiple} (blocks run along in_features; rlx does not pad)"
-        raise ValueError(
-            f"{fmt}: in_features={k} is not a multiple of {reason}; leave this layer out of quant.targets"
-        )
+        raise ValueError(f"{fmt}: in_features={k} is not a multiple of {reason}; leave this layer out of quant.targets")
     return n, k
 
 

@@ -132,14 +132,9 @@ if triton is not None:
             w_mask = mask_n[:, None] & mask_k[None, :]
             w_even, w_odd = _block_weights(packed_ptr, scale_ptr, lut_ptr, gscale, rn, kh, w_mask, K, stride_pn,
                                            stride_pk, stride_sn, stride_sk, FMT, GROUP, HIGH_FIRST, FLAT_SCALE)
-            x_even = tl.load(
-                x_ptr + rm[:, None] * stride_xm + (2 * kh)[None, :] * stride_xk,
-                mask=mask_m[:, None] & mask_k[None, :], other=0.0,
-            )
-            x_odd = tl.load(
-                x_ptr + rm[:, None] * stride_xm + (2 * kh + 1)[None, :] * stride_xk,
-                mask=mask_m[:, None] & mask_k[None, :], other=0.0,
-            )
+            x_mask = mask_m[:, None] & mask_k[None, :]
+            x_even = tl.load(x_ptr + rm[:, None] * stride_xm + (2 * kh)[None, :] * stride_xk, mask=x_mask, other=0.0)
+            x_odd = tl.load(x_ptr + rm[:, None] * stride_xm + (2 * kh + 1)[None, :] * stride_xk, mask=x_mask, other=0.0)
             if BF16:
                 w_even = _round_to_bf16(w_even)
                 w_odd = _round_to_bf16(w_odd)
