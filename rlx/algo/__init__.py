@@ -21,27 +21,7 @@ def check_config(cfg) -> None:
         as_config(cfg)
 
 
-__all__ = [
-    "AlgoConfig",
-    "CorrectionConfig",
-    "correction_weights",
-    "mismatch_metrics",
-    "mismatch_split",
-    "Shaped",
-    "logprob_diff",
-    "shape_batch",
-    "Update",
-    "Shaping",
-    "as_config",
-    "PassRateCurriculum",
-    "check_config",
-    "compute_advantages",
-    "group_mean_std",
-    "k3_kl",
-    "mask_truncated",
-    "overlong_penalty",
-    "policy_loss",
-    "token_entropy",
-    "token_weights",
-    "zero_variance_groups",
-]
+__all__ = ["AlgoConfig", "CorrectionConfig", "correction_weights", "mismatch_metrics", "mismatch_split", "Shaped",
+           "logprob_diff", "shape_batch", "Update", "Shaping", "as_config", "PassRateCurriculum", "check_config",
+           "compute_advantages", "group_mean_std", "k3_kl", "mask_truncated", "overlong_penalty", "policy_loss",
+           "token_entropy", "token_weights", "zero_variance_groups"]

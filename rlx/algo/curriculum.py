@@ -37,11 +37,8 @@ class PassRateCurriculum:
         return len(self.retired)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "history": {k: list(v) for k, v in self.history.items()},
-            "retired": sorted(self.retired),
-        }
+        return {"threshold": self.threshold, "history": {k: list(v) for k, v in self.history.items()},
+                "retired": sorted(self.retired)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.threshold = float(state["threshold"])

@@ -80,28 +80,17 @@ def _masked_mean(x: Tensor, mask: Tensor) -> float:
 def _check_inputs(logp, old_logp, adv, weights, mask, cfg: AlgoConfig, ref_logp) -> None:
     """The tensors' shapes agree, and a KL term has its reference log-probs."""
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape or weights.shape != logp.shape:
-        raise ValueError(
-            f"logp, old_logp, mask, weights must share one [n, T] shape; got {tuple(logp.shape)}, "
-            f"{tuple(old_logp.shape)}, {tuple(mask.shape)}, {tuple(weights.shape)}"
-        )
+        raise ValueError(f"logp, old_logp, mask, weights must share one [n, T] shape; got {tuple(logp.shape)}, "
+                         f"{tuple(old_logp.shape)}, {tuple(mask.shape)}, {tuple(weights.shape)}")
     if adv.shape != logp.shape[:1]:
         raise ValueError(f"adv must be [n] = {tuple(logp.shape[:1])}, got {tuple(adv.shape)}")
     if cfg.beta != 0.0 and ref_logp is None:
         raise ValueError("algo.beta != 0 needs ref_logp (log-probs of the policy with adapters disabled)")
 
 
-def policy_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    adv: Tensor,
-    weights: Tensor,
-    mask: Tensor,
-    cfg: AlgoConfig,
-    ref_logp: Tensor | None = None,
-    is_weight: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+def policy_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, weights: Tensor, mask: Tensor, cfg: AlgoConfig,
+                ref_logp: Tensor | None = None, is_weight: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Loss of one micro-batch = sum(weights * (pg + beta * kl)) and token-mean metrics.
-
     logp [n, T] (requires grad), old_logp / ref_logp [n, T], adv [n], weights / mask [n, T].
     Weights come from token_weights on the full batch, so micro-batch losses add up to the full loss.
     With cfg.kl_times_ratio (TRL's default use_bias_correction_kl) the k3 term is multiplied by the

@@ -110,13 +110,8 @@ def attach_lora(model, lora_cfg, quantized: bool = False):
     """Freeze the base and add PEFT LoRA adapters (saved in PEFT format)."""
     from peft import LoraConfig, get_peft_model
 
-    lcfg = LoraConfig(
-        r=lora_cfg.r,
-        lora_alpha=lora_cfg.alpha,
-        lora_dropout=lora_cfg.dropout,
-        target_modules=list(lora_cfg.target_modules),
-        task_type="CAUSAL_LM",
-    )
+    lcfg = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
+                      target_modules=list(lora_cfg.target_modules), task_type="CAUSAL_LM")
     if quantized:  # teach PEFT to wrap the packed quantized linear layers
         from rlx import quant
 

@@ -23,20 +23,11 @@ CACHE_VERSION = 1
 
 
 def tiny_config(cfg, vocab_size: int, tok) -> Qwen2Config:
-    return Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=False,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        attn_implementation="sdpa",
-    )
+    return Qwen2Config(vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+                       num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
+                       num_key_value_heads=cfg.num_kv_heads, max_position_embeddings=cfg.max_position_embeddings,
+                       tie_word_embeddings=False, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                       eos_token_id=tok.eos_token_id, attn_implementation="sdpa")
 
 
 def cache_key(model_cfg, task_cfg) -> str:
@@ -70,10 +61,8 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=sft_cfg.lr, weight_decay=0.0)
     total = sft_cfg.steps
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: min(1.0, (s + 1) / max(1, sft_cfg.warmup_steps)) * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)),
-    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, sft_cfg.warmup_steps))
+                                              * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     data = task.train
     model.train()
     loss_v = float("nan")

@@ -13,10 +13,8 @@ from rlx.noise.config import NoiseConfig
 from rlx.noise.norms import NormSite, find_norm_sites, norm_parameters
 from rlx.noise.schedules import SCHEDULES, sigma_at, stage_of, stage_table
 
-NOISE_TYPES: dict[str, Callable[..., NoiseInjector | None]] = {
-    "none": lambda cfg, total_steps, seed: None,
-    "aqn": NoiseInjector,
-}
+NOISE_TYPES: dict[str, Callable[..., NoiseInjector | None]] = {"none": lambda cfg, total_steps, seed: None,
+                                                               "aqn": NoiseInjector}
 
 
 def build_noise(cfg, total_steps: int, seed: int) -> NoiseInjector | None:
@@ -25,17 +23,5 @@ def build_noise(cfg, total_steps: int, seed: int) -> NoiseInjector | None:
     return NOISE_TYPES[cfg.type](cfg, total_steps, seed)  # the name was checked by NoiseConfig
 
 
-__all__ = [
-    "NOISE_TYPES",
-    "SCHEDULES",
-    "NoiseConfig",
-    "NoiseInjector",
-    "NormSite",
-    "build_noise",
-    "find_norm_sites",
-    "generator_seed",
-    "norm_parameters",
-    "sigma_at",
-    "stage_of",
-    "stage_table",
-]
+__all__ = ["NOISE_TYPES", "SCHEDULES", "NoiseConfig", "NoiseInjector", "NormSite", "build_noise", "find_norm_sites",
+           "generator_seed", "norm_parameters", "sigma_at", "stage_of", "stage_table"]

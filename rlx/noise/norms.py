@@ -44,10 +44,8 @@ def _weights_under(name: str, module: nn.Module) -> tuple[nn.Parameter, ...]:
         raise ValueError(f"noise target '{name}' has no weight parameter")
     for p in params:
         if p.dim() != 1 or p.numel() != params[0].numel():
-            raise ValueError(
-                f"noise target '{name}' is not a norm: expected 1-D weights of one size, got shapes "
-                f"{[tuple(q.shape) for q in params]}"
-            )
+            raise ValueError(f"noise target '{name}' is not a norm: expected 1-D weights of one size, got shapes "
+                             f"{[tuple(q.shape) for q in params]}")
     if not params[0].is_floating_point():
         raise ValueError(f"noise target '{name}' has a non-floating weight ({params[0].dtype})")
     return params
@@ -59,10 +57,8 @@ def _matches(relative: str, target: str) -> bool:
 
 def find_norm_sites(model: nn.Module, targets, include_final_norm: bool = False) -> list[NormSite]:
     """The norms named by `targets` in every decoder block (plus the final norm if asked), in model order.
-
     Raises ValueError when the model has no decoder blocks, a target is missing from some block,
-    or the final norm is asked for and is not exactly one module.
-    """
+    or the final norm is asked for and is not exactly one module."""
     targets = [str(t) for t in targets]
     if not targets and not include_final_norm:
         raise ValueError("noise.targets is empty and include_final_norm is false: nothing to perturb")
@@ -89,15 +85,12 @@ def find_norm_sites(model: nn.Module, targets, include_final_norm: bool = False)
     for target, indices in found.items():
         if missing := sorted(blocks - indices):
             norms = sorted({n.split(".")[-1] for n, _ in model.named_modules() if "norm" in n.split(".")[-1]})
-            raise ValueError(
-                f"noise target '{target}' is missing from decoder blocks {missing[:8]}; norm-like names in the model: {norms}"
-            )
+            raise ValueError(f"noise target '{target}' is missing from decoder blocks {missing[:8]}; norm-like names in "
+                             f"the model: {norms}")
     if include_final_norm:
         if len(final) != 1:
-            raise ValueError(
-                f"include_final_norm: expected exactly one module named '...norm' outside the decoder blocks, "
-                f"found {[n for n, _ in final]}"
-            )
+            raise ValueError(f"include_final_norm: expected exactly one module named '...norm' outside the decoder "
+                             f"blocks, found {[n for n, _ in final]}")
         name, module = final[0]
         sites.append(NormSite(key=FINAL_NORM_KEY, name=name, params=_weights_under(name, module)))
     return sites

@@ -113,11 +113,9 @@ class RunLogger:
             config = OmegaConf.to_container(cfg, resolve=True)
             config["git_sha"] = self.sha
             os.environ.setdefault("WANDB_SILENT", "true")
-            self.wandb = wandb.init(
-                project=lc.project, entity=lc.entity, group=lc.group, name=lc.name, tags=list(lc.tags),
-                config=config, dir=str(self.run_dir), mode=lc.mode, id=run_id, resume="allow" if run_id else None,
-                reinit="finish_previous",
-            )
+            self.wandb = wandb.init(project=lc.project, entity=lc.entity, group=lc.group, name=lc.name,
+                                    tags=list(lc.tags), config=config, dir=str(self.run_dir), mode=lc.mode, id=run_id,
+                                    resume="allow" if run_id else None, reinit="finish_previous")
             self.run_id = self.wandb.id
 
     def _set_aside(self, path: Path) -> None:
