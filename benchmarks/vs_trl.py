@@ -35,7 +35,7 @@ dataset is rlx's seeded draw, unshuffled), checked per step.
 
 Seconds are the mean over runs of each run's mean over steps 2..N; a ratio is rlx / TRL side (< 1:
 rlx faster or smaller) with its [min-max] over the (rlx run, TRL run next to it) pairs; in wall time
-and in process CPU time (`time.process_time` around rlx's `rl_step` / `algo.Update` and TRL's step /
+and in process CPU time (`time.process_time` around rlx's RL step / `algo.Update` and TRL's step /
 generation). On a machine shared with other jobs the CPU time moves far less than the wall time, and
 with `--threads 1` it is the work done. Written to `--out` (outputs/bench/vs_trl.json).
 """

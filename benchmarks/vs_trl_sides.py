@@ -155,23 +155,38 @@ def worker_rlx(spec: dict, work: Path) -> dict:
     """rlx's `train.run` on the spec's overrides (+ its rlx-only extras): per-step times, peak RSS per
     phase and the prompts each step trained on."""
     import rlx.algo
+    import rlx.rollout.sampled
     import rlx.train
     from rlx.run.records import read_metrics
+    from rlx.run.resume import RunState
 
     cfg = compose_rlx(spec["overrides"] + spec["rlx_extra"])
     run_dir = work / "rlx_run"
-    # Process CPU time per step (`rl_step`, evaluation excluded) and per update (a call of the bound
-    # `algo.Update`), in this process only; the wall times come from metrics.jsonl. rlx.train looks
-    # `rl_step` up at call time, and the Update built in `build` calls its class's __call__.
+    # Process CPU time per step (the RL step: from its `generate` to its compute count, RunState.count_step;
+    # evaluation, logging and checkpoint excluded) and per update (a call of the bound `algo.Update`), in
+    # this process only; the wall times come from metrics.jsonl. rlx.train looks `generate` and `score` up
+    # at call time (a refill's in rlx.rollout.sampled), and the Update built in `build` calls its class's
+    # __call__.
     cpu_step: list[float] = []
     cpu_train: list[float] = []
     prompts: list[list[str]] = []
     rss = RssPhases()
-    rlx.train.rl_step = _timed(rlx.train.rl_step, cpu_step, before=lambda: rss.mark("gen"),
-                               after=lambda: rss.mark("other"))
+    started: list[float] = []
+
+    def step_start() -> None:
+        started.append(time.process_time())
+        rss.mark("gen")
+
+    def step_end() -> None:
+        cpu_step.append(time.process_time() - started.pop())
+        rss.mark("other")
+
+    rlx.train.generate = _timed(rlx.train.generate, [], before=step_start)
+    RunState.count_step = _timed(RunState.count_step, [], after=step_end)
     rlx.algo.Update.__call__ = _timed(rlx.algo.Update.__call__, cpu_train, before=lambda: rss.mark("update"),
                                       after=lambda: rss.mark("gen"))  # after the update: weight sync (-> gen, as TRL's)
-    rlx.train.score = _timed(rlx.train.score, [], record=lambda args: prompts.append([e.prompt for e in args[1]]))
+    rlx.train.score = rlx.rollout.sampled.score = _timed(
+        rlx.rollout.sampled.score, [], record=lambda args: prompts.append([e.prompt for e in args[1]]))
     rlx.train.run(cfg, run_dir)
     rows = [r for r in read_metrics(run_dir) if r.get("step", 0) >= 1 and "timing_s/step" in r]
     steps = [{
@@ -183,7 +198,7 @@ def worker_rlx(spec: dict, work: Path) -> dict:
         "mean_len": r["response_length/mean"],
     } for r in rows]
     if not (len(cpu_step) == len(cpu_train) == len(steps)):
-        raise RuntimeError(f"rlx timing: {len(steps)} steps logged, {len(cpu_step)} rl_step and "
+        raise RuntimeError(f"rlx timing: {len(steps)} steps logged, {len(cpu_step)} RL steps and "
                            f"{len(cpu_train)} update calls timed")
     for s, c, t in zip(steps, cpu_step, cpu_train):
         s.update(step_cpu=c, gen_cpu=c - t, train_cpu=t)

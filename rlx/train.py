@@ -1,23 +1,27 @@
 """rlx training entry point: `python -m rlx.train [overrides]`.
 
-One RL experiment, top to bottom: `build` the parts the config names, then every step
+One RL experiment, top to bottom: `run` holds the run directory (its lock, a run that finished before,
+the torchrun process group), `build` makes the parts the config names, and `train` is the loop, whose
+body is one RL step's calls in order:
 
-    generate -> score -> shape -> update -> observe -> push -> log / evaluate / checkpoint
+    generate -> score -> shape -> update -> extrapolate -> sync -> evaluate (when due) -> log -> checkpoint
 
-with each step a function of its package (rlx.rollout, rlx.tasks, rlx.algo, rlx.extrapolation).
-Where the loop departs from textbook GRPO, the function says so (and the config switch is off by
-default): AQN noise lives in the rollout engine's weights, token normalizers come from the full
-batch, dynamic sampling refills, NExt jumps the adapter ahead, and `rollout.mode` decides which
-policy version generated the batch (sync / stale / async: rlx.rollout.schedule; the loss takes its
-ratio against the behaviour log-probs the engine returned, whatever version that was).
+each a function of its package (rlx.rollout, rlx.tasks, rlx.algo, rlx.extrapolation), with the
+`train.callbacks` (rlx.run.callbacks) called at each step's start and end. Where the loop departs from
+textbook GRPO, the function says so (and the config switch is off by default): AQN noise lives in the
+rollout engine's weights, token normalizers come from the full batch, dynamic sampling refills, NExt
+jumps the adapter ahead, and `rollout.mode` decides which policy version generated the batch (sync /
+stale / async: rlx.rollout.schedule; the loss takes its ratio against the behaviour log-probs the
+engine returned, whatever version that was).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
 import os
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,32 +33,34 @@ from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from rlx.algo import Shaping, Update, mismatch_split
-from rlx.run.device import DeviceSpec, seed_everything
-from rlx.run import distributed as dist
-from rlx.run.callbacks import Callbacks
-from rlx.run.checkpoint import Checkpointer
 from rlx.algo.completions import completion_rows
 from rlx.algo.data_parallel import DataParallel
 from rlx.config import register_configs
+from rlx.config.limits import check_fits
+from rlx.config.preflight import check
+from rlx.envs import check_env, instruction_tokens, wrap_engine
 from rlx.eval.evaluate import Evaluator
 from rlx.extrapolation import build_extrapolator
-from rlx.config.limits import check_fits
-from rlx.run import lock as run_lock
-from rlx.run.logging import NullLogger, RunLogger, say, write_summary, write_text_atomic
 from rlx.models import base_dir, build_policy, count_params, reference_policy
-from rlx.noise import build_noise
-from rlx.config.preflight import check
-from rlx.run.resume import Resumable, RunState, finished_before, restore_recorded_config
-from rlx.envs import check_env, instruction_tokens, wrap_engine
 from rlx.models import base_label, sft_record  # what step 0 evaluates: "SFT" (a warm start) or "pretrained"
+from rlx.noise import build_noise
 from rlx.rollout import SamplingParams, build_engine, max_sequence_len
 from rlx.rollout.metrics import SignalMonitor, rollout_metrics
+from rlx.rollout.sampled import generate, refill, score
 from rlx.rollout.schedule import build_schedule
 from rlx.rollout.sharded import ShardedEngine
+from rlx.run import distributed as dist
+from rlx.run import lock as run_lock
+from rlx.run.callbacks import Callbacks
+from rlx.run.checkpoint import Checkpointer
+from rlx.run.device import DeviceSpec, seed_everything
+from rlx.run.logging import say
 from rlx.run.records import read_metrics
+from rlx.run.resume import Resumable, RunState, finished_before, restore_recorded_config
+from rlx.run.session import Session, sweep_job_failed
+from rlx.run.threads import ThreadGovernor
 from rlx.tasks import build_task
 from rlx.tasks.tripwires import TripwireMonitor
-from rlx.run.threads import ThreadGovernor
 
 register_configs()
 
@@ -62,13 +68,60 @@ register_configs()
 # function of the seed
 TIMING_PREFIXES = ("timing_s/", "perf/tokens_per_s", "perf/compute/gpu_hours", "extrap/time_s/", "perf/threads")
 
-
 _log = say  # under Hydra: its job logging (the console and <run_dir>/train.log); called directly: stdout
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    """`python -m rlx.train [overrides]`: one run, or (-m) each job of a sweep; returns its held-out accuracy."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN and "TORCHELASTIC_RUN_ID" in os.environ:
+        raise ValueError("torchrun ... -m rlx.train -m: every rank would launch the whole sweep. Run a distributed "
+                         "sweep with hydra/launcher=submitit_slurm_ddp (each job's SLURM tasks are its ranks), or "
+                         "one torchrun per job (docs/cluster.md)")
+    # under torchrun, a rank that raises leaves its traceback where torchrun reports it, with the rank
+    run_ = record(run)
+    if hc.mode == RunMode.MULTIRUN:
+        # In a sweep, one failing arm must not stop the others: its summary.json says "failed"
+        # (with the error) and the reports mark it; the traceback goes to the job's log.
+        try:
+            return float(run_(cfg, run_dir)["val/acc"])
+        except Exception as e:
+            traceback.print_exc()
+            sweep_job_failed(run_dir, e)
+            _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
+            return float("nan")
+    return float(run_(cfg, run_dir)["val/acc"])
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict:
+    """The run in `run_dir`: held by this process (rlx.run.lock), nothing to do if it finished before, else
+    built and trained; under torchrun, every rank in rank 0's run directory and one process group."""
+    t_start = time.time()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = check(cfg)  # before any process group or model
+    threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.run.threads)
+    world, run_dir = dist.join(cfg.trainer, run_dir)
+    lock = None
+    try:
+        lock = run_lock.hold(run_dir) if world.is_main else None  # one process per run directory
+        done = finished_before(cfg, run_dir)
+        if done is not None:  # e.g. a sweep rerun to resume its other jobs
+            restore_recorded_config(run_dir, done["config"], world)
+            _log(f"[done] {run_dir} already finished this run ({done['steps']} steps, summary.json): nothing to do")
+            return done
+        return train(build(cfg, run_dir, world, trainer), t_start, threads)
+    finally:
+        dist.close(world)
+        if lock is not None:
+            lock.close()
 
 
 @dataclass
 class Parts:
-    """Everything one run is made of (what `build` returns and `run` drives)."""
+    """Everything one run is made of (what `build` returns and `train` drives)."""
 
     cfg: DictConfig
     run_dir: Path
@@ -153,170 +206,136 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
                              task, p.curriculum, p.extrap, p.schedule)
     p.checkpoint.restore(found, p.state)
     p.engine.sync(policy, p.state.start_step)  # the engine samples from the (resumed) policy
+    # the monitors of a resumed run replay its logged steps: no climb forgotten, no warning repeated
+    p.tripwires = TripwireMonitor.for_run(run_dir, p.state.start_step)
+    p.signal = SignalMonitor.for_run(run_dir, p.state.start_step, patience=cfg.train.no_signal_steps)
     return p
 
 
-def _warmup(s: int, warm: int) -> float:
-    return min(1.0, (s + 1) / warm)
+def train(p: Parts, t_start: float, threads: ThreadGovernor | None = None) -> dict:
+    """The RL loop: the step-0 evaluation, then one step per pass, its calls in order. Returns the run's
+    summary, written to summary.json whether the run ends or fails."""
+    cfg, world, state = p.cfg, p.world, p.state
+    session = Session.open(cfg, p.run_dir, world, state.run_id, state.start_step)
+    try:
+        session.begin(_base_accuracy(p, session.logger), state.start_step)
+        for step in range(state.start_step + 1, cfg.train.steps + 1):
+            p.callbacks.on_step_start(step, world)
+            t_step = time.time()
+            m = {"perf/threads": threads.tick()} if threads is not None else {}  # other jobs may have come or gone
+            with timed(m, "gen"):  # AQN: the noise is in the sampling policy only
+                examples, batch = generate(p.schedule, p.policy, p.curriculum, cfg.rollout.prompts_per_step, step, m)
+                per_fn, rewards, passed = score(p.task, examples, batch)
+                rewards = p.shaping.rewards(batch, rewards)  # DAPO's overlong punishment, before any metric reads them
+                rows = observe(p, step, m, examples, batch, per_fn, rewards, passed)
+                shaped, consumed, generated = shape(p, step, m, examples, batch, rewards, passed)
+            p.engine.sleep()  # rollout.vllm.sleep_mode (GPU): vLLM's memory is the trainer's until the sync
+            if _due(step, cfg.algo.mismatch_split_every):  # engine vs staleness parts of the mismatch, before the update
+                m.update(mismatch_split(p.policy, shaped.batch, cfg, p.trainer, step - 1, p.schedule.versions()))
+            with timed(m, "train"):
+                update_metrics, trained = p.update(p.policy, p.opt, shaped, p.dp, step)
+                m.update(update_metrics)
+            m.update(extrapolate(p, step))
+            with timed(m, "sync"):  # after the update and any jump: version `step` goes to the generator
+                p.schedule.push(p.policy, step)
+            m.update(p.engine.metrics())
+            state.count_step(p.n_params, generated, trained)  # perf/compute/*
+            m["perf/tokens_per_s"] = generated / max(m["timing_s/gen"], 1e-9)
+            if _due(step, cfg.train.eval_every, last=cfg.train.steps):
+                m.update(evaluation(p, step))
+            m["timing_s/step"] = time.time() - t_step
+            session.log(step, m, rows, consumed)
+            if _due(step, cfg.train.ckpt_every, last=cfg.train.steps):
+                state.run_id = session.logger.run_id
+                p.checkpoint.save(step, state)
+            p.callbacks.on_step_end(step, m, world)
+        session.finish(finish_summary(p.run_dir, cfg, p.compute_now()) if world.is_main
+                       else {"status": "finished", "val/acc": session.last_acc})
+    except BaseException as e:
+        session.fail(e)
+        raise
+    finally:
+        p.schedule.close()
+        p.engine.close()
+        session.close(t_start - state.wall_offset)
+    summary = session.summary
+    _log(f"[done] held-out accuracy: {base_label(cfg)} base {summary['val/acc_base']:.3f} -> after RL "
+         f"{summary['val/acc']:.3f} ({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {p.run_dir}")
+    return summary
 
 
-def score(task, examples, batch):
-    """Rewards of a rollout batch: per reward function, weighted total, pass flags. An environment's
-    per-turn rewards (batch.env_reward, summed per episode: rlx.envs) are added to the weighted total;
-    the pass flags are the task's alone."""
-    rows = [examples[i] for i in batch.group.tolist()]
-    # [N]: the rows the token budget stopped (a cut text's last line is no stated answer: rlx.tasks.stated)
-    per_fn = (task.score(rows, batch.texts) if batch.truncated is None
-              else task.score(rows, batch.texts, batch.truncated.tolist()))
-    rewards = torch.tensor(task.total_reward(per_fn), dtype=torch.float32)  # [N]
-    if batch.env_reward is not None:
-        rewards = rewards + batch.env_reward.float()
-    passed = torch.tensor(task.passed(per_fn), dtype=torch.float32)  # [N]
-    return per_fn, rewards, passed
-
-
-def generate(schedule, policy, curriculum, n: int, step: int, metrics: dict | None = None):
-    """n prompts' groups from the rollout schedule, skipping prompts ScaleRL's curriculum retired."""
-    skip = curriculum.is_retired if curriculum is not None else None
-    return schedule.generate(policy, n, step, skip=skip, metrics=metrics)
-
-
-def refill(schedule, policy, curriculum, task, shaping, step: int, consumed: list, n: int):
-    """Dynamic sampling's source of fresh groups: generate and score n more prompts (overlong-shaped);
-    their examples join `consumed` (the step's prompts)."""
-    examples, batch = generate(schedule, policy, curriculum, n, step)
-    consumed += examples
-    return batch, shaping.rewards(batch, score(task, examples, batch)[1])
-
-
-def rl_step(p: Parts, step: int) -> tuple[dict, list | None, list]:
-    """One RL step: generate -> score -> shape -> update -> sync -> observe. The loop body, so it takes the
-    run's parts; each function it calls takes only what it uses. Returns the step's metrics, its
-    completion-table rows (rlx.algo.completions; None unless due) and the examples it consumed
-    (refills included; the prompt ledger)."""
-    cfg, m = p.cfg, {}
-    t_gen = time.time()
-    # AQN: the noise is in the sampling policy only
-    examples, batch = generate(p.schedule, p.policy, p.curriculum, cfg.rollout.prompts_per_step, step, m)
-    per_fn, rewards, passed = score(p.task, examples, batch)
-    rewards = p.shaping.rewards(batch, rewards)  # DAPO overlong punishment, before any metric reads them
-    m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, cfg.rollout.group_size, examples))
+def observe(p: Parts, step: int, m: dict, examples, batch, per_fn, rewards, passed) -> list | None:
+    """The rollout's metrics into `m` and its warnings into the log; returns the step's completion-table
+    rows (rlx.algo.completions; None unless due)."""
+    m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, p.cfg.rollout.group_size, examples))
     if batch.env_reward is not None:  # the part of train/reward/mean the environment paid (env/reward/mean also counts eval)
         m["train/env_reward/mean"] = batch.env_reward.float().mean().item()
-    if p.tripwires is None:  # a resumed run picks up the moving means where its earlier steps left them
-        p.tripwires = TripwireMonitor.for_run(p.run_dir, p.state.start_step)
     for warning in p.tripwires.update(step, m):  # a hack tripwire's moving mean crossed its threshold
         _log(warning)
-    rows = completion_rows(cfg, step, examples, batch, per_fn, rewards, passed)  # None unless due
+    rows = completion_rows(p.cfg, step, examples, batch, per_fn, rewards, passed)
     m.update(p.task.reward_stats())  # bounded math_verify: timeouts / refused inputs / worker errors
     if step == p.state.start_step + 1 and m["response_length/clip_ratio"] > 0.5:
         _log(f"[warn] {100 * m['response_length/clip_ratio']:.0f}% of the completions hit rollout.max_new_tokens="
-             f"{cfg.rollout.max_new_tokens} without eos: the budget is probably too small for this task")
-    # ScaleRL's curriculum records the pass rates, then dynamic sampling refills / the filter drops groups
+             f"{p.cfg.rollout.max_new_tokens} without eos: the budget is probably too small for this task")
+    return rows
+
+
+def shape(p: Parts, step: int, m: dict, examples, batch, rewards, passed):
+    """ScaleRL's curriculum records the pass rates, then dynamic sampling refills / the filter drops groups.
+    Returns the shaped batch, the examples the step consumed, refills included (the prompt ledger), and the
+    tokens it generated."""
     consumed = list(examples)
     shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(
         refill, p.schedule, p.policy, p.curriculum, p.task, p.shaping, step, consumed))
     m.update(shaped.metrics)
-    if p.signal is None:
-        p.signal = SignalMonitor.for_run(p.run_dir, p.state.start_step, patience=cfg.train.no_signal_steps)
     for warning in p.signal.update(step, m):  # no group differed, refills included: no gradient from the reward
         _log(warning)
-    # compute counts every generated token, also those of async groups dropped as too stale
-    gen_tokens = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
-    m["timing_s/gen"] = time.time() - t_gen
-    p.engine.sleep()  # rollout.vllm.sleep_mode (GPU): vLLM's memory is the trainer's until the sync
-    every = cfg.algo.mismatch_split_every
-    if every > 0 and step % every == 0:  # engine vs staleness parts of the mismatch, before the update
-        m.update(mismatch_split(p.policy, shaped.batch, cfg, p.trainer, step - 1, p.schedule.versions()))
-    t_train = time.time()
-    um, trained_tokens = p.update(p.policy, p.opt, shaped, p.dp, step)
-    m.update(um)
-    m["timing_s/train"] = time.time() - t_train
-    if p.extrap is not None:  # NExt: rank-1 records, maybe a predict-extend jump of the adapter
-        jumping = step in getattr(p.extrap, "extend_at", ())
-        if jumping:  # can take minutes (the predictor trains): say so
-            _log(f"[extrap] step {step}: predict-extend jump ({p.cfg.extrapolation.type}) ...")
-        t_obs = time.time()
-        m.update(p.extrap.observe(p.policy, step, p.opt))
-        if jumping:
-            _log(f"[extrap] step {step}: jump done in {time.time() - t_obs:.1f}s")
-    t_sync = time.time()
-    p.schedule.push(p.policy, step)  # after the update and any jump: version `step` goes to the generator
-    m["timing_s/sync"] = time.time() - t_sync
-    m.update(p.engine.metrics())
-    compute = p.state.compute
-    compute["steps"] += 1
-    compute["tokens"] += gen_tokens
-    compute["flops"] += 2.0 * p.n_params * gen_tokens + 6.0 * p.n_params * trained_tokens
-    m["perf/tokens_per_s"] = gen_tokens / max(m["timing_s/gen"], 1e-9)
-    return m, rows, consumed
+    # compute counts every generated token: the batch's, the refills' and those of async groups dropped as too stale
+    generated = int(batch.completion_mask.sum()) + shaped.gen_tokens + m.get("rollout/dropped_stale_tokens", 0)
+    return shaped, consumed, generated
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict:
-    t_start = time.time()
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = check(cfg)  # before any process group or model
-    threads = ThreadGovernor.started() if cfg.trainer.threads == -1 else None  # one per free core (rlx.run.threads)
-    world, run_dir = dist.join(cfg.trainer, run_dir)  # under torchrun: every rank in rank 0's run directory
-    lock = None
-    try:
-        lock = run_lock.hold(run_dir) if world.is_main else None  # one process per run directory (rlx.run.lock)
-        done = finished_before(cfg, run_dir)
-        if done is not None:  # e.g. a sweep rerun to resume its other jobs
-            restore_recorded_config(run_dir, done["config"], world)
-            _log(f"[done] {run_dir} already finished this run ({done['steps']} steps, summary.json): nothing to do")
-            return done
-        return _run(cfg, run_dir, world, trainer, t_start, threads)
-    finally:
-        dist.close(world)
-        if lock is not None:
-            lock.close()
+def extrapolate(p: Parts, step: int) -> dict:
+    """NExt: rank-1 records, maybe a predict-extend jump of the adapter (no extrapolator: nothing)."""
+    if p.extrap is None:
+        return {}
+    jumping = step in getattr(p.extrap, "extend_at", ())
+    if jumping:  # can take minutes (the predictor trains): say so
+        _log(f"[extrap] step {step}: predict-extend jump ({p.cfg.extrapolation.type}) ...")
+    t_obs = time.time()
+    out = p.extrap.observe(p.policy, step, p.opt)
+    if jumping:
+        _log(f"[extrap] step {step}: jump done in {time.time() - t_obs:.1f}s")
+    return out
 
 
-def _run(cfg: DictConfig, run_dir: Path, world: dist.World, trainer: DeviceSpec, t_start: float,
-         threads: ThreadGovernor | None = None) -> dict:
-    p = build(cfg, run_dir, world, trainer)
-    if world.is_main:  # rank 0 alone writes metrics.jsonl, wandb and summary.json
-        logger = RunLogger(cfg, run_dir, p.state.run_id, p.state.start_step if p.state.start_step > 0 else None,
-                           code_dir=HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None)
-    else:
-        logger = NullLogger(p.state.run_id)
-    summary: dict = {"status": "running", "git_sha": logger.sha, "wandb_run_id": logger.run_id}
-    progress, exit_code = None, 1
-    try:
-        summary["val/acc_base"] = last_acc = _base_accuracy(p, logger, run_dir, world)
-        if cfg.train.progress and world.is_main:
-            from tqdm import tqdm
-            progress = tqdm(total=cfg.train.steps, initial=p.state.start_step, desc="rl", dynamic_ncols=True)
-        for step in range(p.state.start_step + 1, cfg.train.steps + 1):
-            p.callbacks.on_step_start(step, world)
-            m, rows, consumed = _step(p, step, threads)
-            logger.log(m, step=step)
-            logger.log_completions(rows, step)
-            logger.log_prompts(consumed, step)
-            last_acc = m.get("val/acc", last_acc)
-            _show(cfg, step, m, last_acc, progress)
-            if step % cfg.train.ckpt_every == 0 or step == cfg.train.steps:
-                p.state.run_id = logger.run_id
-                p.checkpoint.save(step, p.state)
-            p.callbacks.on_step_end(step, m, world)
-        summary.update(finish_summary(run_dir, cfg, p.compute_now()) if world.is_main
-                       else {"status": "finished", "val/acc": last_acc})
-        exit_code = 0
-    except BaseException as e:
-        summary.update({"status": "failed", "error": f"{type(e).__name__}: {e}"})
-        if world.distributed:  # a peer's crash reaches this rank as a broken collective
-            summary["error"] = (f"rank {world.rank}: {summary['error']} (if another rank failed first, torchrun's "
-                                f"'Root Cause' names it)")
-        raise
-    finally:
-        if progress is not None:
-            progress.close()
-        _close(p.schedule, p.engine, world, run_dir, logger, summary, t_start - p.state.wall_offset, exit_code)
-    _log(f"[done] held-out accuracy: {base_label(cfg)} base {summary['val/acc_base']:.3f} -> after RL {summary['val/acc']:.3f} "
-         f"({cfg.train.steps} steps, {summary['wall_s']:.0f}s) run dir {run_dir}")
-    return summary
+def evaluation(p: Parts, step: int) -> dict:
+    """The held-out evaluation at `step`, its time and the compute spent so far; an [eval] line."""
+    t0 = time.time()
+    m = p.evaluate(p.schedule, p.policy, step)
+    m["timing_s/eval"] = time.time() - t0
+    m.update(p.compute_now())
+    _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}{_readings_text(m)}"
+         + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
+         + f" ({m['timing_s/eval']:.1f}s)")
+    return m
+
+
+@contextlib.contextmanager
+def timed(m: dict, name: str):
+    """m["timing_s/<name>"] = the block's wall time."""
+    t0 = time.time()
+    yield
+    m[f"timing_s/{name}"] = time.time() - t0
+
+
+def _due(step: int, every: int, last: int | None = None) -> bool:
+    """Step `step` is one of every `every`-th (0 = never), or the last."""
+    return (every > 0 and step % every == 0) or step == last
+
+
+def _warmup(s: int, warm: int) -> float:
+    return min(1.0, (s + 1) / warm)
 
 
 def _readings_text(m: dict) -> str:
@@ -327,7 +346,7 @@ def _readings_text(m: dict) -> str:
     return f" ({', '.join(found)})" if found else ""
 
 
-def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
+def _base_accuracy(p: Parts, logger) -> float:
     """The step-0 evaluation (run now on a fresh run, read back from metrics.jsonl on a resumed one)."""
     if p.state.start_step == 0:
         t0 = time.time()
@@ -336,53 +355,8 @@ def _base_accuracy(p: Parts, logger, run_dir: Path, world: dist.World) -> float:
         _log(f"[eval] step 0 ({base_label(p.cfg)} base): val/acc {ev['val/acc']:.3f}{_readings_text(ev)}")
         if p.extrap is not None:
             p.extrap.observe(p.policy, 0, p.opt)
-    return world.broadcast(
-        next((r["val/acc"] for r in read_metrics(run_dir) if r["step"] == 0), float("nan")) if world.is_main else None)
-
-
-def _step(p: Parts, step: int, threads: ThreadGovernor | None) -> tuple[dict, list | None, list]:
-    """One RL step and, when due, an evaluation: rl_step's metrics (with the evaluation's and the timings),
-    completion rows and consumed examples."""
-    cfg = p.cfg
-    t_step = time.time()
-    n_threads = threads.tick() if threads is not None else None  # other jobs may have started or ended
-    m, rows, consumed = rl_step(p, step)
-    if n_threads is not None:
-        m["perf/threads"] = n_threads
-    if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
-        t0 = time.time()
-        m.update(p.evaluate(p.schedule, p.policy, step))
-        m["timing_s/eval"] = time.time() - t0
-        m.update(p.compute_now())
-        _log(f"[eval] step {step}: val/acc {m['val/acc']:.3f}{_readings_text(m)}"
-             + (f", mean@{m['val/k']} {m['val/mean_at_k']:.3f}" if "val/mean_at_k" in m else "")
-             + f" ({m['timing_s/eval']:.1f}s)")
-    m["timing_s/step"] = time.time() - t_step
-    return m, rows, consumed
-
-
-def _show(cfg: DictConfig, step: int, m: dict, last_acc: float, progress) -> None:  # the bar, or a line
-    if progress is not None:
-        progress.update(1)
-        progress.set_postfix(reward=f"{m['train/reward/mean']:.3f}", acc=f"{last_acc:.3f}")
-    elif step % cfg.train.log_every == 0:  # no bar (sweeps, logs): a line every log_every steps
-        _log(f"[step {step}/{cfg.train.steps}] reward {m['train/reward/mean']:.3f} ({m['timing_s/step']:.2f}s/step)")
-
-
-def _close(schedule, engine, world: dist.World, run_dir: Path, logger, summary: dict, t_start: float,
-           exit_code: int) -> None:
-    """Stop the engines, then write the summary (rank 0) and close the logger, whether the run ended or failed.
-    `t_start` is this process's start moved back by the wall time earlier processes of a resumed run had
-    reached at the checkpoint it resumed from, so `wall_s` is the whole run's."""
-    schedule.close()
-    engine.close()
-    summary["wall_s"] = time.time() - t_start
-    if world.distributed:
-        summary["world_size"] = world.size
-    if world.is_main:
-        write_summary(run_dir, summary, failing=exit_code != 0)
-    logger.summary({k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and v is not None})
-    logger.finish(exit_code)
+    return p.world.broadcast(next((r["val/acc"] for r in read_metrics(p.run_dir) if r["step"] == 0), float("nan"))
+                             if p.world.is_main else None)
 
 
 def finish_summary(run_dir: Path, cfg, compute: dict) -> dict:
@@ -400,35 +374,6 @@ def finish_summary(run_dir: Path, cfg, compute: dict) -> dict:
             out["scaling/error"] = str(e)
             _log(f"[scaling] no fit: {e}")
     return out
-
-
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float:
-    hc = HydraConfig.get()
-    run_dir = Path(hc.runtime.output_dir)
-    if hc.mode == RunMode.MULTIRUN and "TORCHELASTIC_RUN_ID" in os.environ:
-        raise ValueError("torchrun ... -m rlx.train -m: every rank would launch the whole sweep. Run a distributed "
-                         "sweep with hydra/launcher=submitit_slurm_ddp (each job's SLURM tasks are its ranks), or "
-                         "one torchrun per job (docs/cluster.md)")
-    # under torchrun, a rank that raises leaves its traceback where torchrun reports it, with the rank
-    run_ = record(run)
-    if hc.mode == RunMode.MULTIRUN:
-        # In a sweep, one failing arm must not stop the others: its summary.json says "failed"
-        # (with the error) and the reports mark it; the traceback goes to the job's log.
-        try:
-            return float(run_(cfg, run_dir)["val/acc"])
-        except Exception as e:
-            import traceback
-
-            traceback.print_exc()
-            summary = run_dir / "summary.json"
-            # died while building, before run() could write its summary (a directory another process holds is
-            # that process's to write)
-            if not summary.exists() and not isinstance(e, run_lock.RunDirBusy):
-                write_text_atomic(summary, json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))
-            _log(f"[sweep] job {hc.job.num} failed; continuing with the other jobs")
-            return float("nan")
-    return float(run_(cfg, run_dir)["val/acc"])
 
 
 if __name__ == "__main__":

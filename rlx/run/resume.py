@@ -39,6 +39,13 @@ class RunState:
         self.compute["gpu_hours"] = num_devices * (self.wall_offset + time.time() - self.t_run) / 3600.0
         return {f"perf/compute/{k}": v for k, v in self.compute.items()}
 
+    def count_step(self, n_params: int, generated: int, trained: int) -> None:
+        """One RL step's compute: a forward per generated token (2N FLOPs), a forward and a backward per
+        trained token (6N), with N the policy's parameters."""
+        self.compute["steps"] += 1
+        self.compute["tokens"] += generated
+        self.compute["flops"] += 2.0 * n_params * generated + 6.0 * n_params * trained
+
 
 @dataclass
 class Resumable:

@@ -1,7 +1,7 @@
 """conf/algo presets: each validates against AlgoConfig, and each trains a policy through the real loop.
 
-The training runs below compose the real Hydra config at tiny size, `rlx.train.build` it and drive
-`rlx.train.rl_step` (generate -> score -> shape_batch -> update -> sync): no second RL loop here.
+The training runs below compose the real Hydra config at tiny size and train it with `rlx.train.run`
+(generate -> score -> shape -> update -> sync, step after step): no second RL loop here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlx.algo import AlgoConfig, check_config
-from tests.conftest import TINY, compose
+from tests.conftest import TINY, compose, read_metrics
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "algo"
 PRESETS = ["grpo", "dapo", "dr_grpo", "cispo", "gspo", "scalerl"]
@@ -80,21 +80,21 @@ MARGIN = 0.2
 
 @pytest.fixture(scope="module")
 def train(tmp_path_factory):
-    """train(*overrides) -> the rl_step metrics of STEPS steps of a tiny run (memoized per module)."""
-    from rlx.train import build, rl_step
+    """train(*overrides) -> the metrics of steps 1..STEPS of a tiny run of the real loop (memoized per module;
+    evaluated and checkpointed only at step 0 and the end, which leaves the training steps' samples as they are)."""
+    from rlx.train import run
 
     done: dict[tuple, list[dict]] = {}
 
-    def run(*overrides: str) -> list[dict]:
+    def train_(*overrides: str) -> list[dict]:
         if overrides not in done:
-            p = build(compose(TINY + EASY + list(overrides)), tmp_path_factory.mktemp("run"))
-            try:
-                done[overrides] = [rl_step(p, step)[0] for step in range(1, STEPS + 1)]
-            finally:
-                p.engine.close()
+            run_dir = tmp_path_factory.mktemp("run")
+            last = [f"train.steps={STEPS}", f"train.eval_every={STEPS}", f"train.ckpt_every={STEPS}"]
+            run(compose(TINY + EASY + list(overrides) + last), run_dir)
+            done[overrides] = [r for r in read_metrics(run_dir) if r["step"] >= 1]
         return done[overrides]
 
-    return run
+    return train_
 
 
 def first_last(rows: list[dict]) -> tuple[float, float]:
@@ -103,12 +103,14 @@ def first_last(rows: list[dict]) -> tuple[float, float]:
     return sum(r[:WINDOW]) / WINDOW, sum(r[-WINDOW:]) / WINDOW
 
 
+@pytest.mark.integration
 def test_frozen_policy_stays_within_noise(train):
     """The control for NOISE and MARGIN: with lr 0 the same loop samples the same way but cannot learn."""
     first, last = first_last(train("algo=grpo", "algo.lr=0"))
     assert abs(last - first) < NOISE, f"frozen policy: mean reward {first:.3f} -> {last:.3f}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_trains_policy(train, name):
     rows = train(f"algo={name}")
@@ -121,6 +123,7 @@ def test_preset_trains_policy(train, name):
         assert sum(m["train/dynamic_sampling/refilled_groups"] for m in rows) > 0
 
 
+@pytest.mark.integration
 def test_kl_penalty_trains_but_slower(train):
     """beta = 1: the k3 KL to the reference (adapters disabled) lets the policy learn, but not as far."""
     _, last_free = first_last(train("algo=grpo"))
