@@ -1,4 +1,4 @@
-"""Same-seed behaviour check across two commits: run five recipes on the tiny model at each commit
+"""Same-seed behaviour check across two commits: run each recipe of RECIPES on the tiny model at each commit
 (in a git worktree) and compare their metrics.jsonl line by line, timings left out.
 
 A refactor that claims to change no behaviour passes when every recipe's metrics are equal, value
@@ -26,6 +26,11 @@ RECIPES = {  # name -> overrides of the default experiment (tiny model, arith, h
     # across it with --recipes and a dict recipe of its own
     "scalerl_stale": ["experiment=scalerl", "rollout.mode=stale"],
     "next": ["extrapolation=next", "train.steps=40"],  # NExt extends at step 30
+    "cispo_aqn_nvfp4": ["algo=cispo", "quant=nvfp4", "noise=aqn"],
+    # multi-turn episodes: an SFT base half of whose demonstrations open with a calculator call, so the
+    # policy calls the tool and the environment answers (env/tool_calls/mean > 0)
+    "calculator": ["env=calculator", "env.instructions=''", "model.sft.demo_prefix='<calc>1</calc>'",
+                   "model.sft.demo_prefix_frac=0.5", "rollout.max_new_tokens=64"],
 }
 COMMON = ["seed=0", "train.steps=30", "train.eval_every=10", "train.ckpt_every=1000", "trainer.threads=1",
           "logger=disabled"]
