@@ -168,6 +168,7 @@ def check_fits(cfg, task) -> None:
     the longest completion it trains on or samples (checked once the task is built, before the model)."""
     if cfg.model.source != "tiny":
         return
+    from rlx.models.config import chat_template_text
     from rlx.models.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
@@ -175,7 +176,7 @@ def check_fits(cfg, task) -> None:
     if not examples:
         return
     if cfg.model.get("chat_template"):
-        tok.chat_template = cfg.model.chat_template
+        tok.chat_template = chat_template_text(cfg.model.chat_template)
     r = cfg.rollout
     prompt = max(_prompt_tokens(tok, e, cfg.model.chat_prompts) for e in examples)
     completion = max(r.max_new_tokens + (r.interrupt.answer_tokens + len(r.interrupt.phrase) if r.interrupt.enabled

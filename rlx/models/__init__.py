@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from rlx.models import sft
+from rlx.models.config import chat_template_text
 from rlx.models.forward import causal_lm, token_logprobs
 from rlx.models.tiny import cache_key, load_or_build_tiny
 from rlx.models.tokenizer import build_char_tokenizer
@@ -44,7 +45,7 @@ def load_tokenizer(model_cfg, log=print):
     else:
         raise ValueError(f"model.source: unknown source '{model_cfg.source}'; expected tiny, hf or gguf")
     if model_cfg.get("chat_template"):
-        tok.chat_template = model_cfg.chat_template
+        tok.chat_template = chat_template_text(model_cfg.chat_template)  # the template, or the file it names
     return tok
 
 

@@ -121,8 +121,9 @@ class ModelConfig:
     cache_dir: str = field(default="${oc.env:RLX_CACHE,outputs/cache}", metadata={
         "help": "relative to the launch directory"})
     chat_template: Optional[str] = field(default=None, metadata={
-        "help": "Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` prompts; null "
-                "= the tokenizer's own (the tiny model's char tokenizer has none)"})
+        "help": "Jinja chat template set on the tokenizer (replacing its own) to render chat `messages` prompts: the "
+                "template text, or a path to a file holding it (a tool-calling one: examples/envs/chatml_tools.jinja); "
+                "null = the tokenizer's own (the tiny model's char tokenizer has none)"})
     chat_prompts: bool = field(default=False, metadata={
         "help": "render every prompt (string prompts as one user message) through the tokenizer's chat template with "
                 "the generation prompt; false: only chat `messages` prompts are rendered"})
@@ -140,8 +141,40 @@ class ModelConfig:
         _check_model(self)
 
 
+def chat_template_text(value: str | None) -> str | None:
+    """model.chat_template as template text: the value itself when it holds Jinja markup, else the file it names
+    (relative to the launch directory); None when unset."""
+    from pathlib import Path
+
+    if not value:
+        return None
+    if "{{" in value or "{%" in value:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(f"model.chat_template={value!r} is neither a Jinja template (it holds no '{{{{' or '{{%') "
+                         f"nor a file (no such file: {path.resolve()})")
+    return path.read_text()
+
+
+def _check_chat_template(value: str | None) -> None:
+    """The template (given or read from its file) parses as Jinja, as transformers reads it."""
+    import jinja2
+
+    text = chat_template_text(value)
+    if text is None:
+        return
+    where = "" if text is value else f" (read from {value})"
+    try:
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise ValueError(f"model.chat_template{where} is not a valid Jinja template: line {e.lineno}: {e.message}") \
+            from None
+
+
 def _check_model(m: ModelConfig) -> None:
     """Raise ValueError naming the key. Written as `not (x > 0)` so that NaN fails too."""
+    _check_chat_template(m.chat_template)
     if m.finetune not in FINETUNE:
         raise ValueError(f"model.finetune: '{m.finetune}' is not one of {list(FINETUNE)}")
     if m.finetune == "full" and m.dtype in ("bfloat16", "float16"):  # AdamW's small steps round away (bf16: 2^-8)

@@ -9,6 +9,7 @@
                engine, concurrent episodes' calls batched into one engine.generate per wave
     vf_engine  VerifiersEngine: engine.generate runs the environment's rollouts and returns them as one
                RolloutBatch (tokens between calls `forced`, outside the loss)
+    tool_calls Hermes/Qwen `<tool_call>` JSON in a reply -> OpenAI tool calls (what vf.ToolEnv reads)
 
 Nothing here imports `verifiers` at module level: it is an optional dependency (the `envs` extra).
 """

@@ -15,6 +15,15 @@ once per model turn and reads an OpenAI ChatCompletion back. `RlxClient` (one pe
   running waits on one, then serves them all with one `engine.generate` (concurrent episodes, one engine
   call per wave, never one per model call).
 
+Tool calls: when the call carries tool schemas (`tools`), the reply's text is read for Hermes/Qwen
+`<tool_call>` JSON blocks (rlx.envs.ecosystem.tool_calls) and returned as the message's OpenAI `tool_calls`
+(its content the text before them), what verifiers' ToolEnv reads. The tokens stay as sampled: the next
+call's bridge is read off the template with the reply's content replaced by the sentinel and its tool calls
+left out, so it holds the closing of the reply, the tool results and the next header only.
+
+`reply` is the call without OpenAI's types (a chat message in, the assistant message out): what a TRL-style
+environment's loop calls (rlx.envs.ecosystem.trl_env); `create` wraps it for verifiers.
+
 Budgets as rlx's own environments (rlx.envs.driver): `sampling.max_tokens` bounds the episode's whole
 completion (policy and environment tokens), `Budget.max_turns` its model calls, `Budget.turn_tokens` one call.
 A call past a budget is answered as an OpenAI server answers an overlong prompt (a 400 "maximum context
@@ -29,6 +38,7 @@ from dataclasses import dataclass, field
 
 from rlx.envs.base import Episode, Turn
 from rlx.envs.driver import _policy_turn, turn_seed
+from rlx.envs.ecosystem import tool_calls
 from rlx.envs.ecosystem.vf_load import clean, render
 
 _SENTINEL = "\u2063rlx-reply\u2063"  # text no message holds
@@ -101,6 +111,7 @@ class Record:
     reply: dict | None = None  # the assistant message the last call returned
     prompt_text: str = ""  # the last call's messages through the template (generation prompt included)
     last_eos: bool = False  # the last call's tokens end with eos
+    last: tuple = ()  # the last call's (prompt tokens, sampled ids, their log-probs, ended by length)
     calls: int = 0
     failure: BaseException | None = None  # raised by the engine once every episode has ended
 
@@ -133,15 +144,25 @@ class RlxClient:
         return e
 
     async def create(self, *, messages, model=None, tools=None, **sampling_args):
+        """OpenAI's chat.completions.create: the reply as a ChatCompletion; a call past a budget as a 400."""
         try:
-            return await self._create(clean(messages), tools, sampling_args)
+            reply = await self.reply(messages, tools, sampling_args)
         except Overlong as e:
-            self.record.episode.truncated = True
             raise _overlong_error(str(e)) from None
+        return _completion(reply, *self.record.last)
+
+    async def reply(self, messages, tools=None, sampling_args: dict | None = None) -> dict:
+        """One model call: the assistant message ({role, content[, tool_calls]}). Raises Overlong past a budget
+        (the episode is truncated); any other failure is recorded, and stops the run once the wave is over."""
+        try:
+            return await self._create(clean(messages), tools, dict(sampling_args or {}))
+        except Overlong:
+            self.record.episode.truncated = True
+            raise
         except BaseException as e:
             raise self._fail(e)
 
-    async def _create(self, messages: list[dict], tools, sampling_args: dict):
+    async def _create(self, messages: list[dict], tools, sampling_args: dict) -> dict:
         rec, ep = self.record, self.record.episode
         prompt_text = render(self.tok, messages, tools)
         if rec.calls == 0:
@@ -168,9 +189,14 @@ class RlxClient:
         for s in stops:  # an OpenAI server's text ends before the stop string (the tokens keep it)
             text = text.split(s, 1)[0] if s in text else text
         ep.truncated = by_length
-        rec.messages, rec.reply, rec.prompt_text = messages, {"role": "assistant", "content": text}, prompt_text
+        content, calls = tool_calls.parse(text) if tools else (text, [])
+        reply = {"role": "assistant", "content": content}
+        if calls:
+            reply["tool_calls"] = tool_calls.openai_calls(calls, rec.calls)
+        rec.messages, rec.reply, rec.prompt_text = messages, reply, prompt_text
+        rec.last = (len(call.ids), ids, ep.turns[-1].logprobs, by_length)
         rec.last_eos, rec.calls = bool(ids) and ids[-1] == eos, rec.calls + 1
-        return _completion(text, len(call.ids), ids, ep.turns[-1].logprobs, by_length)
+        return reply
 
     def _bridge(self, messages: list[dict], tools, prompt_text: str) -> list[int]:
         """Token ids between the last call's sampled tokens and this call's generation: read off the template."""
@@ -207,19 +233,22 @@ def _overlong_error(message: str):
     return BadRequestError(message, response=response, body=None)
 
 
-def _completion(text: str, n_prompt: int, ids: list[int], logprobs: list[float], by_length: bool):
+def _completion(reply: dict, n_prompt: int, ids: list[int], logprobs: list[float], by_length: bool):
     """An OpenAI ChatCompletion of one sampled turn, with its token ids and log-probs (what verifiers'
     trajectory records when a server returns them)."""
     from openai.types.chat import ChatCompletion
     from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
     from openai.types.chat.chat_completion_message import ChatCompletionMessage
+    from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall
     from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob
     from openai.types.completion_usage import CompletionUsage
 
     lp = ChoiceLogprobs(content=[ChatCompletionTokenLogprob(token=str(t), logprob=float(v), bytes=None, top_logprobs=[])
                                  for t, v in zip(ids, logprobs)])
-    choice = Choice(index=0, finish_reason="length" if by_length else "stop", logprobs=lp,
-                    message=ChatCompletionMessage(role="assistant", content=text))
+    calls = [ChatCompletionMessageFunctionToolCall.model_validate(c) for c in reply.get("tool_calls", [])] or None
+    finish = "length" if by_length else "tool_calls" if calls else "stop"
+    choice = Choice(index=0, finish_reason=finish, logprobs=lp,
+                    message=ChatCompletionMessage(role="assistant", content=reply["content"], tool_calls=calls))
     choice.token_ids = list(ids)
     out = ChatCompletion(id=f"rlx-{time.monotonic_ns()}", choices=[choice], created=int(time.time()), model="rlx",
                          object="chat.completion",
