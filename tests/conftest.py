@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlx.run.records import read_metrics  # noqa: F401  (the tests read runs through the one reader)
+from tests import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -34,6 +35,43 @@ TINY = [
     "logger.mode=disabled",
     "trainer.threads=1",  # bitwise-reproducible reductions whatever the machine load
 ]
+
+
+def pytest_configure(config):
+    tiers.install()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`slow` tests run only when the mark expression names them (`pytest -m slow`), whatever else it says,
+    so `pytest -m "not integration"` keeps them out as the plain `pytest` does."""
+    if "slow" in (config.option.markexpr or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    tiers.enter(item)  # module- and session-scoped fixtures set up here too: they count as the test's
+    try:
+        result = yield
+    finally:
+        tiers.leave()
+    tiers.check()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    tiers.enter(item)
+    try:
+        result = yield
+    finally:
+        tiers.leave()
+    tiers.check()
+    return result
 
 
 @pytest.fixture(scope="session", autouse=True)

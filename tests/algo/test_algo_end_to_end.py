@@ -8,6 +8,7 @@ EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eva
         "train.steps=2", "train.eval_every=2", "train.ckpt_every=2"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "dr_grpo", "cispo", "gspo", "scalerl"])
 def test_algo_option_runs(algo, tmp_path):
     s = run_tiny(tmp_path, EASY + [f"algo={algo}"])
@@ -47,6 +48,7 @@ def test_scalerl_experiment_adds_the_generation_side_and_the_algo_preset_sets_on
     assert loss_side.rollout == compose([]).rollout  # the loss side alone leaves generation as it was
 
 
+@pytest.mark.integration
 def test_kl_to_reference_runs_with_disabled_adapters(tmp_path):
     """beta > 0: the reference is the same model with adapters disabled; actor/kl is logged."""
     run_tiny(tmp_path, EASY + ["algo.beta=0.05", "algo.mu=2"])

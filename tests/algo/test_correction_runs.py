@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import run_tiny
 from tests.run.test_train import EASY
 
+pytestmark = pytest.mark.integration
+
 EVERY_STEP = [
     "rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/kl_seq", "rollout_corr/k3_kl_seq",
     "rollout_corr/rollout_is_masked_fraction", "rollout_corr/rollout_is_seq_masked_fraction",

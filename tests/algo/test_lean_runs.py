@@ -12,6 +12,8 @@ from tests.conftest import run_tiny
 from tests.run.test_train import EASY
 from tests.run.test_distributed import _rows, _run, assert_same_run
 
+pytestmark = pytest.mark.integration
+
 
 # on-policy, the policy-gradient loss is 0 up to float noise (advantages sum to 0 in each group): its
 # value is noise of ~1e-8 in both runs, so the gradient norm is what is compared

@@ -25,6 +25,7 @@ def test_distributed_bench_ratios_and_table(capsys, tmp_path, monkeypatch):
     assert res["1 process, 2 threads"]["step_s"] == pytest.approx(0.3)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_distributed_bench_times_one_process_and_two_ranks(capsys, tmp_path):
     from benchmarks.distributed import main

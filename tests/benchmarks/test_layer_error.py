@@ -85,6 +85,7 @@ def test_rows_are_exactly_the_layers_the_quantized_base_holds():
             assert mine[key]["type"] == name.rsplit(".", 1)[-1] and mine[key]["out_rel"] is None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_nvfp4_values_are_compressed_tensors_dequantized_values(dtype):
     pytest.importorskip("compressed_tensors")

@@ -19,6 +19,7 @@ def test_update_bench_runs_every_setting(tmp_path):
     assert all(r["cpu_s"] > 0 for r in rows.values())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("conditions", ["idle,busy"])
 def test_threads_bench_runs_idle_and_busy(tmp_path, conditions):
     from benchmarks.threads import main

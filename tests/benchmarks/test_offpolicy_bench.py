@@ -1,6 +1,10 @@
 """`python -m benchmarks.offpolicy` at its smallest: both modes run through the real loop and are timed."""
 
+import pytest
+
 from tests.conftest import TINY
+
+pytestmark = pytest.mark.integration
 
 
 def test_offpolicy_bench_times_sync_and_async(capsys, tmp_path):

@@ -4,6 +4,8 @@ import pytest
 
 from benchmarks.quant import main
 
+pytestmark = pytest.mark.integration
+
 
 def test_bench_runs_small(capsys):
     pytest.importorskip("compressed_tensors")

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.rollout import main
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
 
 
 def test_rollout_bench_runs_tiny(tmp_path, capsys):

@@ -12,6 +12,8 @@ import pytest
 from benchmarks.common import child_env
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 
 def _env_without_pythonpath() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}

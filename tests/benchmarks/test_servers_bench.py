@@ -8,6 +8,8 @@ import pytest
 
 from tests.conftest import TINY
 
+pytestmark = pytest.mark.integration
+
 
 def test_servers_bench_times_each_arm_and_mode(capsys, tmp_path):
     pytest.importorskip("vllm")

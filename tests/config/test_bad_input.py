@@ -61,6 +61,7 @@ BAD = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("over,key", BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_invalid_value_is_refused_before_any_model_is_built(tmp_path, monkeypatch, over, key):
     from rlx.train import run
@@ -141,6 +142,7 @@ def test_the_walk_reaches_every_kind_of_numeric_field():
     assert len(keys) > 100
 
 
+@pytest.mark.integration
 def test_every_numeric_field_refuses_nan_inf_and_out_of_range(tmp_path, monkeypatch):
     import copy
 
@@ -190,6 +192,7 @@ def test_reward_override_replaces_the_task_files_set():
     assert list(task.score(task.train[:2], ["12", "x=3"])) == ["format"]
 
 
+@pytest.mark.integration
 def test_a_run_given_format_alone_trains_on_format_alone(tmp_path):
     from tests.conftest import read_metrics, run_tiny
 

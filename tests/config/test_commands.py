@@ -48,6 +48,7 @@ def test_console_script_targets_are_callable(name):
     assert callable(getattr(importlib.import_module(module), attr))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module, words", [("rlx.report", "sweep_dir"), ("rlx.scaling", "fit,compare")])
 def test_python_m_still_works(module, words):
     p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)

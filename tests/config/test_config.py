@@ -53,6 +53,7 @@ def test_schema_rejects_unknown_key_in_yaml(tmp_path):
         OmegaConf.merge(schema, OmegaConf.create({"noise": {"sigma_strat": 0.1}}))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("override,key", [("algo.lrr=1", "lrr"), ("algo.lr=abc", "algo.lr")])
 def test_cli_fails_fast_naming_the_key(override, key, tmp_path):
     t = time.time()
@@ -63,6 +64,7 @@ def test_cli_fails_fast_naming_the_key(override, key, tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # failed before any work
 
 
+@pytest.mark.integration
 def test_help_lists_groups():
     p = subprocess.run([sys.executable, "-m", "rlx.train", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0
@@ -71,6 +73,7 @@ def test_help_lists_groups():
     assert "nvfp4" in p.stdout and "scalerl" in p.stdout
 
 
+@pytest.mark.integration
 def test_every_key_is_described_and_help_lists_them():
     import subprocess
     import sys

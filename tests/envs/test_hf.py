@@ -16,7 +16,7 @@ from rlx.envs.format import TurnFormat
 from rlx.models.forward import token_logprobs
 from rlx.rollout import SamplingParams
 from tests.envs.helpers import EchoEnv
-from tests.rollout.conftest import make_engine, tiny_policy
+from tests.rollout.conftest import engine_params, make_engine, tiny_policy
 
 PROMPTS = ["3+4=", "12-5=", "hello", "(2+3)*4="]
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| in fp32 (tests/rollout/test_conformance.py)
@@ -70,7 +70,7 @@ def test_an_episode_the_policy_ends_at_once_is_the_engines_own_sample(served):
     assert env.metrics()["env/turns/mean"] == 1.0
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", engine_params(["hf", "vllm"]))
 def test_multi_turn_logprobs_are_the_trainers_on_the_whole_sequence(engines, name):
     """Every turn continues the token ids as sampled and appended: the trainer's forward of prompt + all
     turns gives the engine's behaviour log-probs on every policy token, including those after replies."""
@@ -118,7 +118,7 @@ class Spy:
         return out
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", engine_params(["hf", "vllm"]))
 def test_a_turn_ends_at_its_stop_string_in_the_engine(engines, name):
     """The driver gives the engine the environment's stop strings: a turn ends where it writes one, with no
     token decoded past it, and the episodes are those of an engine that decodes on to the turn's budget

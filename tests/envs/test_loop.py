@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import TINY, compose, read_metrics
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_tiny_run_trains_on_multi_turn_episodes(tmp_path, monkeypatch, mode):
     import rlx.train
@@ -38,6 +39,7 @@ def test_a_tiny_run_trains_on_multi_turn_episodes(tmp_path, monkeypatch, mode):
         assert r["episode"].rsplit("[[ ok.]]", 1)[1].startswith(r["completion"]), (r["episode"], r["completion"])
 
 
+@pytest.mark.integration
 def test_per_turn_rewards_reach_the_rewards_and_advantages(tmp_path, monkeypatch):
     """An environment paying 0.25 per policy token: the rewards the update gets (and computes advantages from)
     are the task's plus 0.25 x each row's policy tokens, counted here from the batch; the logged means agree."""
@@ -138,6 +140,7 @@ def _spy_update(monkeypatch) -> list:
     return seen
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("engine,diff", [("hf", "rollout/logprob_diff/max"), ("vllm", "rollout/logprob_diff/mean"),
                                          ("vllm_server", "rollout/logprob_diff/max")])
 def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch, engine, diff):
@@ -166,6 +169,7 @@ def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch,
             assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("engine,mode", [
     ("vllm", "stale"), ("vllm", "async"),
     # the same on one local server (its start costs ~30 s each): marked slow to keep the suite inside CI's time

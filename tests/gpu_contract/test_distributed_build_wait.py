@@ -6,7 +6,11 @@ of 6 s."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.gpu_contract.test_distributed_process_group import two_ranks
+
+pytestmark = pytest.mark.integration
 
 RANK = r"""
 import json, os, sys, time

@@ -77,12 +77,14 @@ def gloo_for_nccl(spec: str) -> str:
     return ",".join(p.replace("nccl", "gloo") for p in pairs)
 
 
+@pytest.mark.integration
 def test_a_backend_for_cuda_alone_refuses_the_cpu_statistics():
     """The failure as NCCL alone shows it: no backend for cpu tensors (and for CPU object collectives)."""
     for r in two_ranks(RANK, "cuda:gloo"):
         assert "No backend type associated with device type cpu" in r["error"]
 
 
+@pytest.mark.integration
 def test_the_group_rlx_builds_for_cuda_reduces_cpu_statistics():
     spec = backend(torch.device("cuda"))
     assert "nccl" in spec  # CUDA tensors (DDP's gradient buckets) still go through NCCL

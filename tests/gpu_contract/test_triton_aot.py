@@ -11,6 +11,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("triton.backends.nvidia")
 
 HOPPER, BLACKWELL = 90, 100

@@ -11,6 +11,8 @@ import pytest
 
 from tests.quant.interpret import run_interpreted
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("triton")
 
 

@@ -41,6 +41,7 @@ SPLIT = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_split_k_matches_one_pass_and_torch_in_interpreter():
     run_interpreted(SPLIT, "SPLIT_OK")
 

@@ -122,6 +122,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.integration
 def test_external_launcher_joins_rlxs_process_group_one_engine_per_rank(tmp_path):
     from rlx.rollout.server.pool import free_port
 

@@ -16,6 +16,8 @@ from rlx.run.device import resolve
 from rlx.rollout import build_engine
 from tests.rollout.test_conformance import FP32_MAX, FP32_MEAN, gen, trainer_logits, trainer_logprobs
 
+pytestmark = pytest.mark.integration
+
 NO_VLLM = pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed")
 # (engine, own weights, tied head); a tied head is SmolLM2's layout, which vLLM's CPU backend once left stale
 CASES = [("hf", False, False), ("hf", True, True), pytest.param("vllm", True, False, marks=NO_VLLM),

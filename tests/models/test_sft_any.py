@@ -285,6 +285,7 @@ def test_base_labels():
     assert base_label(compose(["model=hf", "model.path=/x", "model.sft.data=task", "model.sft.n=5"])) == "SFT"
 
 
+@pytest.mark.integration
 def test_a_run_starts_from_the_sft_base(tmp_path):
     """rlx.train end to end on the tiny model with the stage: the base is the SFT directory."""
     from tests.conftest import run_tiny

@@ -5,6 +5,8 @@ import pytest
 from tests.conftest import read_metrics, run_tiny, strip_timing
 from tests.faults import fail_overrides
 
+pytestmark = pytest.mark.integration
+
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60",
         "train.steps=4", "train.eval_every=2", "train.ckpt_every=1", "quant=nvfp4"]
 AQN = ["noise=aqn", "noise.stages=2", "noise.sigma_start=0.5", "noise.sigma_end=0.5"]  # stage 1 = steps 2..4

@@ -21,6 +21,7 @@ def assert_matches_ct(weight: torch.Tensor, global_scale: torch.Tensor | None = 
     assert mismatch == 0, f"{mismatch} packed bytes differ from compressed-tensors"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(16, 16), (48, 160), (257, 64)])
 @pytest.mark.parametrize("std", [0.02, 3.0])
@@ -31,6 +32,7 @@ def test_random_weights_bit_exact(dtype, shape, std):
     assert_matches_ct(weight.to(dtype))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_edge_cases_bit_exact(dtype):
     finfo = torch.finfo(dtype)
@@ -46,6 +48,7 @@ def test_edge_cases_bit_exact(dtype):
     assert_matches_ct(weight)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("magnitude", ["tiny", "huge"])
 def test_extreme_magnitudes_bit_exact(dtype, magnitude):
@@ -59,6 +62,7 @@ def test_extreme_magnitudes_bit_exact(dtype, magnitude):
     assert_matches_ct(weight)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_all_zero_tensor(dtype):
     weight = torch.zeros(4, 32, dtype=dtype)
@@ -89,6 +93,7 @@ def tie_weight(dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(rows, dtype=dtype)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_exact_ties_round_to_even(dtype):
     weight = tie_weight(dtype)
@@ -119,6 +124,7 @@ def test_dequantize_matches_compressed_tensors_decompress():
     assert torch.equal(dequantize(qt, torch.bfloat16), ref["weight"])
 
 
+@pytest.mark.integration
 def test_shared_global_scale_is_llm_compressor_minimum():
     gen = torch.Generator().manual_seed(4)
     weights = [torch.randn(16, 32, generator=gen).to(torch.bfloat16) * s for s in (0.5, 2.0, 1.0)]

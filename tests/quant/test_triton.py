@@ -41,6 +41,7 @@ CHECKS = textwrap.dedent(
 )
 
 
+@pytest.mark.integration
 def test_triton_kernel_matches_torch_path_in_interpreter():
     run_interpreted(CHECKS, "TRITON_OK")
 
@@ -56,6 +57,7 @@ def test_kernel_choice():
         QuantLinear(quantize(torch.randn(16, 32), "nvfp4"), kernel="cutlass")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "fmt, dtype",  # together: every constexpr branch once; the mxfp4 case only adds the e8m0 decode
     [("nvfp4", "bf16"), ("nf4", "fp16"), pytest.param("mxfp4", "fp32", marks=pytest.mark.slow)],

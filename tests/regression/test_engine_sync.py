@@ -22,14 +22,15 @@ from rlx.models.forward import token_logprobs
 from rlx.rollout import SamplingParams, build_engine
 from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
-from tests.rollout.conftest import make_engine, tiny_policy
+from tests.rollout.conftest import engine_params, make_engine, tiny_policy
 
 PROMPTS = ["3+4=", "12-5=", "7*8=", "hello", "99+1=", "(2+3)*4="]
 SAMPLING = SamplingParams(max_tokens=12, temperature=1.0)
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # |trainer - engine| per token on the same weights (tests/rollout/test_conformance.py)
 MIN_CHANGE = 0.05  # mean |log-prob change| the update must make, so that old and new weights are far apart
 LR = 0.02
-ENGINES = ["hf", "vllm", pytest.param("vllm-adapter", marks=pytest.mark.slow), "vllm-server"]
+ENGINES = [*engine_params(["hf", "vllm"]), pytest.param("vllm-adapter", marks=[pytest.mark.slow, pytest.mark.integration]),
+           *engine_params(["vllm-server"])]
 
 
 def trainer():

@@ -122,6 +122,7 @@ def objective(logp, mask, adv) -> float:
     return float((adv * (logp * mask).sum(1) / mask.sum(1).clamp(min=1)).mean())
 
 
+@pytest.mark.integration
 def test_every_paid_completion_states_the_gold_answer(run):
     cfg, metrics, table, _ = run
     n = cfg.rollout.prompts_per_step * cfg.rollout.group_size
@@ -134,6 +135,7 @@ def test_every_paid_completion_states_the_gold_answer(run):
                      f"without stating it, or unpaid though exactly it):\n  " + "\n  ".join(bad[:8]))
 
 
+@pytest.mark.integration
 def test_the_first_update_raises_the_advantage_weighted_log_prob(first_update):
     before, after, mask, adv = first_update
     gain = objective(after, mask, adv) - objective(before, mask, adv)
@@ -141,6 +143,7 @@ def test_the_first_update_raises_the_advantage_weighted_log_prob(first_update):
                              f"it does not follow the advantages (a wrong loss sign lowers J)")
 
 
+@pytest.mark.integration
 def test_the_engine_samples_from_the_updated_policy(run, first_update):
     _, metrics, _, _ = run
     before, after, mask, _ = first_update

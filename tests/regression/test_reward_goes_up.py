@@ -6,7 +6,11 @@ moved by at most 0.06 (tests/algo/test_algo_presets.py measured both on this con
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import kill_and_rerun, read_metrics
+
+pytestmark = pytest.mark.integration
 
 EASY = ["task.num_terms=2", "task.max_operand=5", "task.n_train=60", "task.n_eval=8",
         "model.sft.steps=250", "model.sft.lr=1e-2",

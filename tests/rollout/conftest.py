@@ -25,6 +25,11 @@ VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),
 ENGINES = list(VARIANTS)
 
 
+def engine_params(names=ENGINES) -> list:
+    """`names` as parametrize values, the vLLM engines marked integration (they build an engine or start a server)."""
+    return [pytest.param(n, marks=pytest.mark.integration) if n.startswith("vllm") else n for n in names]
+
+
 def tiny_policy(path, seed: int = 0):
     """A 2-layer Qwen2 (hidden 64, 2 heads -> head_dim 32) saved to `path`, wrapped with LoRA whose B is non-zero."""
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -17,7 +17,7 @@ import torch
 
 from rlx.models.forward import causal_lm, lm_logits, position_ids, token_logprobs
 from rlx.rollout import SamplingParams
-from tests.rollout.conftest import ENGINES
+from tests.rollout.conftest import engine_params
 
 PROMPTS = ["3+4=", "12-5=", "7*8=", "hello", "a", "99+1=", "(2+3)*4=", "x"]
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| bounds in fp32
@@ -42,7 +42,7 @@ def gen(engine, n=4, seed=0, **sp):
     return engine.generate(PROMPTS, n, params, torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_behaviour_logprobs_match_trainer(served, name, temperature):
     engine, policy, _ = served[name]
@@ -53,7 +53,7 @@ def test_behaviour_logprobs_match_trainer(served, name, temperature):
     assert (b.logprobs[m] < 0).all() and (b.logprobs[~m] == 0).all()
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_greedy_is_trainer_argmax(served, name):
     engine, policy, _ = served[name]
     b = gen(engine, n=1, temperature=0.0)
@@ -67,7 +67,7 @@ def test_greedy_is_trainer_argmax(served, name):
     assert (full - b.logprobs)[b.completion_mask.bool()].abs().max() < FP32_MAX
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_eos_stop_and_padding_masks(served, name):
     engine, _, tok = served[name]
     eos, pad = tok.eos_token_id, tok.pad_token_id
@@ -114,7 +114,7 @@ def _stop_strings(tok, rows: list[list[int]]) -> tuple[str, str]:
     return tuple(picked)
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_stop_strings_end_a_row_right_after_them(served, name):
     """SamplingParams.stop: a row ends at the token that completes a stop string (kept: its text ends with
     the string; not truncated). Each stop string spans tokens (the char tokenizer writes one character per
@@ -140,7 +140,7 @@ def test_stop_strings_end_a_row_right_after_them(served, name):
     assert cut >= 3 and unchanged >= 3, (cut, unchanged, stops)
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_same_generator_same_samples(served, name):
     engine, _, _ = served[name]
     a, b, c = gen(engine, seed=3), gen(engine, seed=3), gen(engine, seed=4)
@@ -149,7 +149,7 @@ def test_same_generator_same_samples(served, name):
     assert a.group.tolist() == [i // 4 for i in range(len(PROMPTS) * 4)]  # prompt-major rows
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_top_k_top_p_logprobs_are_of_the_sampled_distribution(served, name):
     engine, policy, _ = served[name]
     greedy = gen(engine, n=1, temperature=0.0)
@@ -169,7 +169,7 @@ def test_top_k_top_p_logprobs_are_of_the_sampled_distribution(served, name):
     assert (want - b.logprobs)[m].abs().max() < FP32_MAX
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_sync_reaches_the_engine_and_versions_rows(served, name):
     engine, policy, _ = served[name]
     before = gen(engine, temperature=0.0, n=1)
@@ -194,7 +194,7 @@ def test_sync_reaches_the_engine_and_versions_rows(served, name):
     assert torch.equal(gen(engine, temperature=0.0, n=1).completion_ids, before.completion_ids)
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", engine_params(["hf", "vllm"]))
 def test_inflight_update_continues_sequences_under_new_weights(served, name):
     """PipelineRL's in-flight update: weights loaded between two decode steps of one generation reach
     the sequences in progress; every token records the version that sampled it (hf: an engine with
@@ -244,7 +244,7 @@ def test_inflight_update_continues_sequences_under_new_weights(served, name):
     assert (trainer_logprobs(policy, b) - b.logprobs).abs()[new].mean() > 10 * FP32_MEAN  # the rest did not
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_forced_interruption_appends_the_phrase_and_scores_the_answer(served, name):
     """Rows that hit the thinking budget get the phrase (forced, out of the loss) and an answer continued
     from prompt + thinking + phrase: its log-probs are the trainer's on that whole context."""
@@ -282,7 +282,7 @@ def test_interruption_phrase_the_tokenizer_cannot_write_is_refused(served):
         phrase_ids(tok, "time is up \u2603")
 
 
-@pytest.mark.parametrize("name", ["hf", "vllm"])
+@pytest.mark.parametrize("name", engine_params(["hf", "vllm"]))
 def test_inflight_update_keeps_aqn_noise_on(served, name):
     """An in-flight weight load during a noisy generation (rollout.mode=async with AQN) leaves the
     engine's norms noisy (vLLM's reload rewrites them: the schedule puts the noise back), and clean after."""
@@ -322,7 +322,7 @@ def test_inflight_update_keeps_aqn_noise_on(served, name):
 
 # Last in the module on purpose: building and closing a second vLLM engine in this process tears
 # down vLLM's process-global parallel state, which the module's `served` engines still use.
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engine_params())
 def test_bf16_engine_mismatch_is_bounded(served, name, tmp_path):
     """A bf16 engine (hf under bf16 autocast; vLLM with dtype=bfloat16) against the fp32 trainer:
     the mismatch the TIS correction exists for. Nonzero, and bounded."""

@@ -23,6 +23,8 @@ import pytest
 from rlx.run.checkpoint import read_state
 from tests.conftest import ROOT, read_metrics
 
+pytestmark = pytest.mark.integration
+
 N_TRAIN = 24
 ASYNC = ["rollout.mode=async", "rollout.max_staleness=1", f"task.n_train={N_TRAIN}", "train.ckpt_every=1",
          "train.eval_every=100", "rollout.eval_k=0"]

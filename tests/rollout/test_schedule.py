@@ -211,6 +211,7 @@ def test_mode_and_staleness_are_checked_before_building():
 # ---------------------------------------------------------------- the real loop
 
 
+@pytest.mark.integration
 def test_stale_mode_lags_exactly_k_and_is_bit_reproducible(tmp_path):
     over = EASY + ["rollout.mode=stale", "rollout.max_staleness=2", "train.steps=5"]
     run_tiny(tmp_path / "a", over)
@@ -231,6 +232,7 @@ def _run(d, over):
     return d
 
 
+@pytest.mark.integration
 def test_stale_mode_resume_after_kill_equals_uninterrupted(tmp_path):
     over = EASY + ["rollout.mode=stale", "rollout.max_staleness=3", "train.steps=6"]
     run_tiny(tmp_path / "ref", over)
@@ -238,6 +240,7 @@ def test_stale_mode_resume_after_kill_equals_uninterrupted(tmp_path):
     assert strip_timing(read_metrics(tmp_path / "killed")) == strip_timing(read_metrics(tmp_path / "ref"))
 
 
+@pytest.mark.integration
 def test_async_mode_runs_the_loop_and_resumes(tmp_path):
     """async: staleness within k every step; kill -9 + rerun resumes from the checkpoint (the queue
     is not checkpointed: the resumed generator starts from the checkpointed weights)."""

@@ -44,6 +44,7 @@ def _cmdlines_holding(secret: str) -> list[str]:
     return found
 
 
+@pytest.mark.integration
 def test_a_local_servers_key_goes_in_its_environment_never_on_a_command_line(tmp_path):
     """Any user of the host reads a command line through ps or /proc/PID/cmdline: the key is in the server's
     environment (vLLM reads VLLM_API_KEY), which only its owner can read."""
@@ -68,6 +69,7 @@ def test_a_local_servers_key_goes_in_its_environment_never_on_a_command_line(tmp
         stop(s)
 
 
+@pytest.mark.integration
 def test_a_server_that_dies_before_it_is_healthy_fails_with_its_log(tmp_path):
     cmd = [sys.executable, "-c", "import sys; print('no such model: /m', flush=True); sys.exit(3)"]
     s = start_local(cmd, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", "k", 1.0)
@@ -75,6 +77,7 @@ def test_a_server_that_dies_before_it_is_healthy_fails_with_its_log(tmp_path):
         wait_healthy([s], timeout_s=60)
 
 
+@pytest.mark.integration
 def test_a_server_never_healthy_fails_after_the_timeout_with_its_log(tmp_path):
     cmd = [sys.executable, "-c", "import time; print('loading weights', flush=True); time.sleep(60)"]
     s = start_local(cmd, tmp_path / "server_0.log", dict(os.environ), "http://127.0.0.1:9", "k", 1.0)
@@ -85,6 +88,7 @@ def test_a_server_never_healthy_fails_after_the_timeout_with_its_log(tmp_path):
         stop(s)
 
 
+@pytest.mark.integration
 def test_closing_the_pool_leaves_no_process_of_the_server_behind(tmp_path):
     """A server starts workers of its own (vLLM's engine core): close kills its whole process group."""
     child = tmp_path / "child.pid"
@@ -137,6 +141,7 @@ def _group(pgid: int) -> list[int]:
     return pids
 
 
+@pytest.mark.integration
 def test_a_placed_server_and_the_processes_it_starts_run_on_its_cores_only(tmp_path):
     from rlx.rollout.server.placement import server_env
 
@@ -328,6 +333,7 @@ def test_what_the_server_engine_does_not_do_is_refused_by_name(tmp_path):
             check(compose(["rollout=vllm_server", *extra]))
 
 
+@pytest.mark.integration
 def test_trains_end_to_end_on_a_local_server_with_canary_and_sync_metrics(tmp_path):
     """The default experiment's loop on one local vLLM server (sync mode): every step's tokens come from
     the version just synced, the server's log-probs are the trainer's (fp32), and the canary held."""
@@ -368,6 +374,7 @@ def test_full_fine_tuning_trains_end_to_end_on_a_local_server(tmp_path):
         assert r["rollout/sync_canary/mean_abs_diff"] < 1e-3 and r["rollout/logprob_diff/max"] < 1e-3
 
 
+@pytest.mark.integration
 def test_the_canary_catches_a_real_server_still_serving_the_old_adapter(served):
     """On a real vLLM server: the trainer's policy moves on (its LoRA B changes), the server keeps the old
     adapter; the canary, given the trainer's new probe log-probs, stops the run naming server and version."""
@@ -419,6 +426,7 @@ def test_a_local_server_without_its_command_cannot_be_restarted_and_stops_the_ru
         e.pool.servers[0].proc = None  # nothing to stop at exit
 
 
+@pytest.mark.integration
 def test_a_killed_local_server_is_restarted_reloads_its_adapters_and_samples_the_same(served):
     """kill -9 of a real local server's process group between two calls: the next request restarts it on
     its port, the adapter it was serving is loaded again, and the same seeds give the same samples."""
@@ -438,6 +446,7 @@ def test_a_killed_local_server_is_restarted_reloads_its_adapters_and_samples_the
     assert torch.allclose(before.logprobs, after.logprobs, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_a_local_server_killed_mid_request_is_restarted_and_the_requests_in_flight_are_resent(served):
     """kill -9 of a real local server while a generate call's requests are on it: each request that lost
     its connection restarts the server (once), is sent again with its seed, and the call returns what an
@@ -468,6 +477,7 @@ def test_a_local_server_killed_mid_request_is_restarted_and_the_requests_in_flig
     assert torch.allclose(before.logprobs, after.logprobs, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_merged_sync_reloads_the_weights_in_place_on_the_server(tmp_path):
     """rollout.vllm.sync=merged: W + sBA go to the server as safetensors and replace its weights in place
     (no LoRA slot): the sampled tokens' log-probs are the trainer's at every version, an update changes
@@ -516,6 +526,7 @@ def _listening_addresses(port: int) -> set[str]:
     return out
 
 
+@pytest.mark.integration
 def test_a_local_server_listens_on_loopback_only_on_its_cores_and_refuses_requests_without_the_runs_key(served):
     from urllib.parse import urlparse
 
@@ -541,6 +552,7 @@ def _closed_port() -> int:
     return free_port()  # bound and released at once: nothing listens there
 
 
+@pytest.mark.integration
 def test_a_trainer_killed_with_kill_9_leaves_no_server_behind(tmp_path):
     """The trainer runs no cleanup under kill -9: each server's watchdog sees its parent gone and kills
     the server's whole process group."""

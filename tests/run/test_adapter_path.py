@@ -3,6 +3,10 @@
 import json
 import os
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 
 def test_adapter_records_an_absolute_base_and_loads_from_elsewhere(tmp_path, monkeypatch):
     from tests.conftest import run_tiny

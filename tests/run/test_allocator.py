@@ -41,6 +41,7 @@ def _mapped_growth(mib: float) -> int:
     return int(out.stdout.split()[-1])
 
 
+@pytest.mark.integration
 @needs_glibc
 def test_a_fixed_threshold_keeps_a_4_mib_block_mapped_where_glibcs_risen_threshold_puts_it_on_the_heap():
     assert _mapped_growth(0) == 0  # glibc's rule: the threshold rose to 20 MiB, 4 MiB comes from the heap

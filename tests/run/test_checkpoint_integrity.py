@@ -182,6 +182,7 @@ CORRUPTIONS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", list(CORRUPTIONS))
 def test_corrupt_newest_checkpoint_resumes_from_older_one(tmp_path, finished_run, capsys, kind):
     corrupt, why = CORRUPTIONS[kind]
@@ -202,6 +203,7 @@ def test_corrupt_newest_checkpoint_resumes_from_older_one(tmp_path, finished_run
         assert "[ckpt] removed 1 unfinished save(s) left by an interrupted run: .tmp-step_6-x1" in out
 
 
+@pytest.mark.integration
 def test_all_checkpoints_corrupt_is_an_error_naming_each(tmp_path, finished_run):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -214,6 +216,7 @@ def test_all_checkpoints_corrupt_is_an_error_naming_each(tmp_path, finished_run)
     assert (run / "metrics.jsonl").read_text() == metrics  # nothing started over
 
 
+@pytest.mark.integration
 def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_path, monkeypatch):
     """An update that leaves inf in one LoRA weight (as an lr blow-up does) is never written to disk."""
     import rlx.algo
@@ -241,6 +244,7 @@ def test_non_finite_update_is_refused_at_save_and_previous_checkpoint_kept(tmp_p
 
 
 # ---- metrics.jsonl and summary.json ---------------------------------------------------------------------
+@pytest.mark.integration
 def test_half_written_last_metrics_line_does_not_block_resume(tmp_path, finished_run, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -270,6 +274,7 @@ def test_invalid_metrics_line_in_the_middle_is_an_error_naming_it(tmp_path):
     assert path.read_text() == '{"step": 0}\n{"step": 1}\n'
 
 
+@pytest.mark.integration
 def test_summary_json_is_replaced_atomically(tmp_path, monkeypatch):
     """A full disk while summary.json is written leaves the previous summary, never a truncated one."""
     import errno
@@ -322,6 +327,7 @@ def test_non_finite_adapter_weights_are_refused_on_load_and_the_model_left_untou
     assert path.name == "step_2" and state["step"] == 2 and "holds non-finite weights" in logs[0]
 
 
+@pytest.mark.integration
 def test_non_finite_newest_checkpoint_resumes_from_the_intact_one(tmp_path, finished_run, capsys):
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -355,6 +361,7 @@ def test_malformed_middle_metrics_line_is_an_error_naming_file_and_line(tmp_path
     assert [r["step"] for r in run.records] == [0, 2] and run.skipped_lines == 1
 
 
+@pytest.mark.integration
 def test_full_disk_during_a_checkpoint_is_the_last_error_even_if_summary_json_fails_too(tmp_path, monkeypatch, capsys):
     import errno
     import pathlib

@@ -3,9 +3,11 @@
 import subprocess
 import sys
 
+import pytest
 from tests.conftest import ROOT, TINY
 
 
+@pytest.mark.integration
 def test_single_run_writes_train_log(tmp_path):
     run_dir = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "rlx.train", *TINY, "train.steps=2", "train.log_every=1",

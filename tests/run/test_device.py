@@ -92,6 +92,7 @@ def test_preflight_writes_the_resolved_dtype_into_the_config(monkeypatch, flags,
     assert cfg.trainer.dtype == "bf16"  # a dtype that is set stays set (bf16 on AVX2: warned, not changed)
 
 
+@pytest.mark.integration
 def test_a_run_moved_to_a_cpu_where_auto_picks_another_dtype_is_refused_naming_both(tmp_path, monkeypatch):
     """trainer.dtype=auto on an avx512_bf16 CPU runs bf16 and records it; resumed on an AVX2-only CPU, where
     auto picks fp32, the run is refused naming both dtypes and both machines; trainer.dtype=bf16 keeps it."""
@@ -119,6 +120,7 @@ def test_a_run_moved_to_a_cpu_where_auto_picks_another_dtype_is_refused_naming_b
     assert s["status"] == "finished" and [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3]
 
 
+@pytest.mark.integration
 def test_a_finished_run_rerun_where_auto_picks_another_dtype_is_refused(tmp_path, monkeypatch):
     import shutil
 
@@ -145,6 +147,7 @@ def test_fp32_autocast_is_a_no_op_and_bf16_computes_in_bf16():
     assert lin.weight.dtype == torch.float32  # parameters keep their dtype
 
 
+@pytest.mark.integration
 def test_bf16_run_finishes_and_logs_the_mismatch(tmp_path):
     """(The bf16 mismatch itself is bounded per engine in tests/rollout/test_conformance.py.)"""
     s = run_tiny(tmp_path / "bf16", EASY + ["trainer.dtype=bf16", "train.steps=2"])
@@ -153,6 +156,7 @@ def test_bf16_run_finishes_and_logs_the_mismatch(tmp_path):
     assert all(0 <= r["rollout/logprob_diff/mean"] <= r["rollout/logprob_diff/max"] < 1.0 for r in rows)
 
 
+@pytest.mark.integration
 def test_gpu_hours_is_devices_times_wall_hours(tmp_path):
     s = run_tiny(tmp_path, EASY + ["train.steps=2"])
     summary = json.loads((tmp_path / "summary.json").read_text())

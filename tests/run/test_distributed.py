@@ -18,6 +18,8 @@ import pytest
 from rlx.train import TIMING_PREFIXES
 from tests.faults import fail_overrides
 
+pytestmark = pytest.mark.integration
+
 # micro_batch_size 6 over 5 prompts x 8 completions: 7 micro-batches, so both ranks compute (4 + 3, one dead)
 ARGS = ["logger=disabled", "trainer.threads=1", "trainer.dtype=fp32",  # fp32 on every CPU kind: the float noise below
         "train.progress=false", "train.eval_every=2", "train.ckpt_every=2", "algo.micro_batch_size=6",

@@ -4,6 +4,8 @@ import pytest
 
 from tests.conftest import TINY, compose
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "nf4"])
 def test_quantized_policy_counts_its_packed_weights(tmp_path, fmt):

@@ -29,6 +29,7 @@ def _weights(model) -> dict:
     return {n: q.detach().clone() for n, q in model.named_parameters()}
 
 
+@pytest.mark.integration
 def test_full_finetune_trains_every_base_weight_and_raises_the_objective(tmp_path):
     from rlx.train import generate, score
 
@@ -87,6 +88,7 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(finetu
     assert all(g.abs().sum() > 0 for k, g in grads[True].items() if "lora_B" in k or finetune == "full" and "layers" in k)
 
 
+@pytest.mark.integration
 def test_gradient_checkpointing_may_be_turned_on_at_a_resume_and_changes_nothing(tmp_path):
     over = FULL + ["train.steps=4"]
     run_tiny(tmp_path / "ref", over)
@@ -95,6 +97,7 @@ def test_gradient_checkpointing_may_be_turned_on_at_a_resume_and_changes_nothing
     assert strip_timing(read_metrics(tmp_path / "run")) == strip_timing(read_metrics(tmp_path / "ref"))
 
 
+@pytest.mark.integration
 def test_beta_keeps_a_frozen_reference_copy_whose_logprobs_do_not_move(tmp_path):
     from rlx.train import generate, score
 
@@ -125,6 +128,7 @@ def test_beta_keeps_a_frozen_reference_copy_whose_logprobs_do_not_move(tmp_path)
     assert reference_policy(lora, torch.nn.Linear(1, 1)) is None
 
 
+@pytest.mark.integration
 def test_full_checkpoint_is_a_transformers_model_and_resumes_bitwise_after_kill_9(tmp_path):
     """The frozen reference (algo.beta > 0) of the resumed run is the base, not the resumed weights:
     a run killed after step 2 and rerun logs what the uninterrupted one logs."""
@@ -220,6 +224,7 @@ def test_a_non_finite_base_weight_is_never_checkpointed(tmp_path, plain):
     assert ck.steps() == []
 
 
+@pytest.mark.integration
 def test_ddp_two_ranks_train_the_full_model_as_one_process(tmp_path):
     """Full fine-tuning trains the head outside the DDP-wrapped decoder: its gradient is reduced by hand
     to what DDP gives the others (without that it was summed loss_scale = 2 times: grad_norm 1.569

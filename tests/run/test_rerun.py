@@ -12,6 +12,7 @@ from tests.faults import fail_overrides
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
 
 
+@pytest.mark.integration
 def test_rerun_before_the_first_checkpoint_logs_each_step_once_and_keeps_the_old_rows(tmp_path):
     with pytest.raises(RuntimeError, match="forced failure"):  # a crash at step 3, before any checkpoint
         run_tiny(tmp_path, EASY + ["train.steps=4", "train.ckpt_every=4"] + fail_overrides(3))
@@ -23,6 +24,7 @@ def test_rerun_before_the_first_checkpoint_logs_each_step_once_and_keeps_the_old
     assert kept == first  # the earlier rows are not lost
 
 
+@pytest.mark.integration
 def test_resume_never_over_existing_checkpoints_is_refused_before_building(tmp_path):
     run_tiny(tmp_path, EASY + ["train.steps=2"])
     before = (tmp_path / "metrics.jsonl").read_text()
@@ -31,6 +33,7 @@ def test_resume_never_over_existing_checkpoints_is_refused_before_building(tmp_p
     assert (tmp_path / "metrics.jsonl").read_text() == before and (tmp_path / "ckpt" / "step_2").is_dir()
 
 
+@pytest.mark.integration
 def test_resume_with_a_changed_setting_is_refused_naming_it(tmp_path):
     run_tiny(tmp_path, EASY + ["train.steps=2"])
     with pytest.raises(ValueError, match=r"algo.lr: 0.001 -> 0.01"):
@@ -77,6 +80,7 @@ def test_a_run_on_another_engine_resumes_across_the_server_engine_keys():
         "rollout.server.threads: 1 -> 4"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["enospc", "torch_zip_writer"])
 def test_disk_full_during_a_save_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, how):
     import errno
@@ -105,6 +109,7 @@ def test_disk_full_during_a_save_says_so_and_keeps_the_previous_checkpoint(tmp_p
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_2"]  # no half-written folder
 
 
+@pytest.mark.integration
 def test_kill_9_before_the_first_checkpoint_then_rerun(tmp_path):
     """A real process killed -9 after logging step 1 but before any checkpoint; the rerun starts over,
     logs each step once, keeps the killed start's rows aside, and equals an uninterrupted run."""
@@ -132,6 +137,7 @@ def test_kill_9_before_the_first_checkpoint_then_rerun(tmp_path):
     assert (run_dir / "metrics.prev-1.jsonl").exists()
 
 
+@pytest.mark.integration
 def test_kill_9_during_a_checkpoint_write_then_rerun(tmp_path):
     """What a kill -9 in the middle of a save leaves (a temp folder with part of the files) is never
     taken for a checkpoint: the rerun resumes from the last complete one, removes the debris and
@@ -151,6 +157,7 @@ def test_kill_9_during_a_checkpoint_write_then_rerun(tmp_path):
     assert not debris.exists() and sorted(p.name for p in (run / "ckpt").iterdir()) == ["step_4", "step_6"]
 
 
+@pytest.mark.integration
 def test_refused_resume_leaves_the_recorded_config_as_what_ran(tmp_path):
     import subprocess
     import sys
@@ -166,6 +173,7 @@ def test_refused_resume_leaves_the_recorded_config_as_what_ran(tmp_path):
     assert yaml.safe_load((tmp_path / ".hydra" / "config.yaml").read_text())["algo"]["lr"] == 0.001
 
 
+@pytest.mark.integration
 def test_a_finished_run_rerun_with_its_config_does_nothing_even_without_checkpoints(tmp_path, monkeypatch):
     import shutil
 
@@ -186,6 +194,7 @@ def test_a_finished_run_rerun_with_its_config_does_nothing_even_without_checkpoi
         run_tiny(tmp_path, EASY + ["train.steps=3", "algo.lr=0.01"])
 
 
+@pytest.mark.integration
 def test_a_resumed_runs_wall_time_counts_its_earlier_process(tmp_path, monkeypatch):
     import time
 

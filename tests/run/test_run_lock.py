@@ -14,6 +14,8 @@ import pytest
 from rlx.run.lock import LOCK, RunDirBusy, hold
 from tests.conftest import ROOT, TINY, run_tiny
 
+pytestmark = pytest.mark.integration
+
 HOLDER = "import sys, time; from rlx.run.lock import hold; f = hold(sys.argv[1]); print('held', flush=True); time.sleep(600)"
 
 

@@ -90,6 +90,7 @@ def test_share_splits_the_cores_among_local_ranks_and_honours_omp(monkeypatch, r
     assert g.tick() == 2
 
 
+@pytest.mark.integration
 def test_children_count_as_our_own_work():
     """A busy child (a reward worker) is this process's work, not another job's."""
     import subprocess

@@ -11,6 +11,8 @@ import torch
 from tests.conftest import ROOT, TINY, kill_and_rerun, read_metrics, run_tiny, strip_timing
 from tests.faults import fail_overrides
 
+pytestmark = pytest.mark.integration
+
 # fp32 on every CPU kind (trainer.dtype=auto picks bf16 on one with bf16 instructions): the sampling streams
 # below were chosen in fp32 (in bf16, seed 0's 8 steps drew no rewarded sample)
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60",

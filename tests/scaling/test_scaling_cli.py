@@ -28,6 +28,7 @@ def _python(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
 
 
+@pytest.mark.integration
 def test_compare_command_writes_table_png_and_json(sweep):
     proc = _python("-m", "rlx.scaling", "compare", str(sweep), "--bootstrap", "30")
     assert proc.returncode == 0, proc.stderr
@@ -54,6 +55,7 @@ def test_compare_by_run_marks_failed_runs_and_short_runs(sweep, make_run, capsys
     assert _png_ok(sweep / "runs.png") and (sweep / "runs.md").is_file()
 
 
+@pytest.mark.integration
 def test_fit_command_prints_intervals_and_prediction(sweep):
     proc = _python("-m", "rlx.scaling", "fit", str(sweep / "0"), "--target", "4e14", "--fit-fraction", "0.5", "--bootstrap", "30")
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +121,7 @@ def test_fit_run_errors_are_value_errors(sweep, make_run, tmp_path):
         fit_run(nan, ScalingConfig(fit="sigmoid"))
 
 
+@pytest.mark.integration
 def test_scaling_never_imports_torch():
     code = "import sys, rlx.scaling.config, rlx.scaling.__main__; from rlx.scaling import *; print('torch' in sys.modules)"
     proc = _python("-c", code)

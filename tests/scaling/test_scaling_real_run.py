@@ -3,8 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from rlx.run.records import read_run
 from tests.conftest import ROOT, TINY
+
+pytestmark = pytest.mark.integration
 
 
 def test_compare_on_real_multirun(tmp_path):

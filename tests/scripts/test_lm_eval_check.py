@@ -235,6 +235,7 @@ def test_run_refuses_a_non_fp32_dtype_before_anything_runs(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.integration
 def test_side_by_side_steps_get_their_own_wall_times(tmp_path):
     """--jobs 2: the step that ends first gets its own time, not the other's (they were waited on in turn)."""
     import sys

@@ -18,6 +18,7 @@ def test_list_and_an_unknown_sweep(capsys):
         S.main(["no_such_sweep"])
 
 
+@pytest.mark.integration
 def test_python_m_rlx_sweeps_lists_every_sweep():
     p = subprocess.run([sys.executable, "-m", "rlx.sweeps", "--list"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rlx.sweeps.decisions import read_decisions
 from rlx.sweeps.rounds import RoundPlan, run_rounds
 from tests.sweeps.sweep_helpers import fake_multirun
+
+pytestmark = pytest.mark.integration
 
 
 def test_decisions_go_to_the_drivers_wandb_run(tmp_path):

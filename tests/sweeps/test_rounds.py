@@ -11,6 +11,7 @@ from rlx.sweeps.rounds import RoundPlan, run_rounds, split_overrides
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, fake_multirun
 
 
+@pytest.mark.integration
 def test_driver_runs_rounds_resumes_in_place_and_stops_the_loser(tmp_path, capsys):
     calls = []
     rc, sweep_dir = run_rounds("scalerl_loo", ["loo_arm=scalerl,on_policy,adv_group", "seed=0,1",
@@ -85,6 +86,7 @@ def test_driver_refuses_keys_it_sets():
     assert split_overrides(["seed=0", "loo_arm=a,b"], "loo_arm", ["x"]) == (["seed=0"], ["a", "b"])
 
 
+@pytest.mark.integration
 def test_real_two_round_sweep_resumes_each_job_in_its_directory(tmp_path):
     """`python -m rlx.sweeps --predictive` on scalerl_loo at smoke size: 2 arms x 1 seed, 2 rounds (3 then 6 steps)."""
     from rlx.report import build_report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from rlx import report as R
@@ -9,6 +10,8 @@ from rlx.run.records import read_metrics
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.report.test_report import table_row
 from tests.sweeps.test_sweep_configs import LOO_COMPONENT
+
+pytestmark = pytest.mark.integration
 
 
 def _recipe(cfg: dict) -> dict:

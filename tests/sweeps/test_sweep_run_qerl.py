@@ -10,6 +10,8 @@ from tests.faults import fail_overrides
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.report.test_report import table_row
 
+pytestmark = pytest.mark.integration
+
 QERL_ARMS = ["base_none", "base_nf4", "base_mxfp4", "base_nvfp4", "lora_none", "lora_nf4", "lora_mxfp4",
              "lora_nvfp4", "lora_nvfp4_aqn"]
 

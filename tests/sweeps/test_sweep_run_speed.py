@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rlx import report as R
 from rlx.run.records import read_metrics
 from tests.sweeps.sweep_helpers import SMOKE, job_dirs, overrides, run_sweep, summary
 from tests.report.test_report import table_row
+
+pytestmark = pytest.mark.integration
 
 
 def test_qerl_speed_runs_every_format_and_batch_and_reports_ratios(tmp_path):

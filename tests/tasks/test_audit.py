@@ -187,6 +187,7 @@ def test_corrections_state_the_gold_first_and_another_number_later(gold):
             assert value_of(left.replace(",", "")) == Decimal(right.replace(",", "")) != g, p.completion
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("gold", GOLDS + ["\\frac{1}{2}", "3\\sqrt{2}", "(1, 2)"])
 def test_stated_answer_refuses_every_generated_variant_under_both_readings(gold):
     """The rule against the classes' own variants, not only the hand-written lists of tests/tasks/test_stated.py."""
@@ -224,6 +225,7 @@ def shipped(name: str, tmp_path_factory) -> tuple[int, str, dict]:
     return _SHIPPED_RUNS[name]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_task_pays_no_hack_class(name, tmp_path_factory):
     code, out, result = shipped(name, tmp_path_factory)
@@ -233,6 +235,7 @@ def test_every_shipped_task_pays_no_hack_class(name, tmp_path_factory):
     assert "control (honest)" in out and out.strip().splitlines()[-1].startswith("rlx-audit: ")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_task_passes_the_audit(name, tmp_path_factory):
     code, out, result = shipped(name, tmp_path_factory)
@@ -240,6 +243,7 @@ def test_every_shipped_task_passes_the_audit(name, tmp_path_factory):
     assert f"0 of {len(H.CLASSES)} hack classes paid" in out.strip().splitlines()[-1]
 
 
+@pytest.mark.integration
 def test_math_fixture_tries_the_numeric_only_classes_on_its_numeric_golds_only(tmp_path_factory):
     code, out, result = shipped("math", tmp_path_factory)
     rows = {r["class"]: r for r in result["classes"]}
@@ -249,6 +253,7 @@ def test_math_fixture_tries_the_numeric_only_classes_on_its_numeric_golds_only(t
 
 
 # ---- it catches gameable rewards -------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_math_verify_is_caught_paying_expressions(tmp_path, capsys):
     code, out = _run(capsys, "task=gsm8k", *GSM8K, "task.rewards={math_verify: 1.0}", "--n", "2",
                      "--json", str(tmp_path / "mv.json"))
@@ -260,6 +265,7 @@ def test_math_verify_is_caught_paying_expressions(tmp_path, capsys):
     assert re.search(r"^expression\s+2\s+2\s+PAID", out, re.M), out
 
 
+@pytest.mark.integration
 def test_a_last_number_reward_is_caught_paying_echo_hedges_and_lists(tmp_path, capsys):
     code, out = _run(capsys, "task=gsm8k", *GSM8K, f"task.rewards={{{LAST_NUMBER}: 1.0}}", "--n", "3",
                      "--json", str(tmp_path / "ln.json"))
@@ -271,6 +277,7 @@ def test_a_last_number_reward_is_caught_paying_echo_hedges_and_lists(tmp_path, c
     assert echo["completion"].startswith("Question: ") and echo["gold"] == "2"
 
 
+@pytest.mark.integration
 def test_a_first_answer_reward_is_caught_paying_corrections(tmp_path, capsys):
     reward = "tests.tasks.reward_fns_audit.first_answer"
     code, out = _run(capsys, "task=gsm8k", *GSM8K, f"task.rewards={{{reward}: 1.0}}", "--n", "2",
@@ -282,6 +289,7 @@ def test_a_first_answer_reward_is_caught_paying_corrections(tmp_path, capsys):
     assert paid["completion"].startswith("The answer is " + paid["gold"] + ".")
 
 
+@pytest.mark.integration
 def test_a_reward_that_pays_no_correct_answer_breaks_the_audit(capsys):
     # `format` pays any bare integer, right or wrong: an honest correct answer is paid no more than a wrong one
     code, out = _run(capsys, "task=arith", "task.rewards={format: 1.0}", "--n", "3")

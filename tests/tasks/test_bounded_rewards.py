@@ -11,6 +11,8 @@ import pytest
 from rlx.tasks.workers import WorkerPool, WorkerSetupError
 from tests.tasks import worker_targets as W
 
+pytestmark = pytest.mark.integration
+
 # completions on which math-verify never returns (a big-integer power inside C), whole-expression parsed
 HOSTILE = [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{9^{9^{9^{9}}}}", r"#### 10^{10^{10^{10}}}", r"\boxed{8^{8^{8^{8}}}}"]
 T = 2.0  # task.reward_timeout_s of these tests

@@ -4,12 +4,14 @@ import json
 
 from omegaconf import OmegaConf
 
+import pytest
 from rlx.run.logging import RunLogger
 from tests.conftest import run_tiny
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
 
 
+@pytest.mark.integration
 def test_run_writes_completions_jsonl_and_a_wandb_table(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     run_tiny(tmp_path, EASY + ["logger.mode=offline", "logger.completions_every=2", "logger.completions_rows=5",

@@ -100,6 +100,7 @@ def _arith_rows(split):
     return [{"messages": [{"role": "user", "content": e.prompt}], "answer": e.answer} for e in getattr(t, split)]
 
 
+@pytest.mark.integration
 def test_run_on_parquet_and_saved_dataset_with_two_eval_sets_fitted(tmp_path):
     """Train on a parquet file of chat prompts; evaluate on a parquet set and a save_to_disk set; fit val/ds/acc."""
     from rlx.train import run

@@ -30,6 +30,7 @@ def _scores(t, completions):
     return t.score(t.eval * len(completions), completions)["math_verify"]
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not GSM8K.is_file(), reason=f"needs the real GSM8K training split at {GSM8K}")
 @pytest.mark.parametrize("reward", ["stated_answer", "math_verify"])  # gsm8k's default, and the old rule
 def test_every_real_gsm8k_gold_solution_scores_one(tmp_path, reward):
@@ -49,6 +50,7 @@ def test_every_real_gsm8k_gold_solution_scores_one(tmp_path, reward):
     assert [(e.answer, c[-20:]) for e, c, s in zip(sample, rewritten, per) if s != 1.0] == []
 
 
+@pytest.mark.integration
 def test_the_two_gsm8k_solutions_of_the_issue_score_one(tmp_path):
     # main handed the whole solution to math-verify, which picked another expression (33.333%): the end of
     # row 1984 of the real training split
@@ -64,6 +66,7 @@ def _nested(k: int, top: str = "1") -> str:
     return "".join(f"\\frac{{{top if i == 0 else 1}}}{{" for i in range(k)) + "\\frac{1}{2}" + "}" * k
 
 
+@pytest.mark.integration
 def test_nested_fractions_whose_inner_piece_is_the_gold_score_zero(tmp_path):
     t = _task(tmp_path, "0.5")
     wrong = [
@@ -80,6 +83,7 @@ def test_nested_fractions_whose_inner_piece_is_the_gold_score_zero(tmp_path):
     assert _scores(t, right) == [1.0] * len(right)
 
 
+@pytest.mark.integration
 def test_compound_expressions_whose_pieces_equal_the_gold_score_zero(tmp_path):
     t = _task(tmp_path, "\\frac{1}{2}")
     wrong = ["1+\\frac{1}{2}", "\\frac{1}{2}+1", "2\\cdot\\frac{1}{2}", "\\sqrt{\\frac{1}{2}}", "\\frac{1}{2}^{2}",
@@ -140,6 +144,7 @@ def test_format_accepts_ascii_digits_only():
         1.0, 1.0, 0.0, 0.0, 0.0, 0.0]  # fullwidth, Arabic-Indic and Devanagari digits; a no-break space inside
 
 
+@pytest.mark.integration
 def test_markdown_emphasis_around_the_answer_is_not_part_of_it(tmp_path):
     # SmolLM2's chat answers come bold: main handed "**18**" to math-verify, which reads no number in it (0)
     t = _task(tmp_path, "18")
@@ -152,6 +157,7 @@ def test_markdown_emphasis_around_the_answer_is_not_part_of_it(tmp_path):
         "18", "18", "18", "5", "1_000", "2*3*4", "*2*3", "** 18 **", "x_1"]
 
 
+@pytest.mark.integration
 def test_a_percent_sign_is_dropped_only_where_it_cannot_change_the_value(tmp_path):
     t = _task(tmp_path, "0.5")  # 0.5% is 0.005, not 0.5: main tried "0.5" without its % and scored it 1
     assert _scores(t, ["#### 0.5%", "#### 0.5\\%", "#### **0.5%**", "#### 0.5"]) == [0.0, 0.0, 0.0, 1.0]

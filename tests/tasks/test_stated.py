@@ -91,6 +91,7 @@ def test_committed_hack_completions_score_zero():
     assert stated_answer_batch(honest, ex, loose=False) == [0.0, 0.0, 1.0, 1.0]
 
 
+@pytest.mark.integration
 def test_symbolic_golds_go_to_math_verify_after_the_refusals():
     ex = [Example(str(i), "p", "\\frac{1}{2}") for i in range(5)]
     texts = ["\\boxed{\\frac{2}{4}}", "\\boxed{0.5}", "\\boxed{\\frac{1}{2} \\text{ or } \\frac{1}{3}}",

@@ -87,6 +87,7 @@ def test_rewards_registry_and_scoring():
         build_task(_cfg(name="jsonl"))
 
 
+@pytest.mark.integration
 def test_jsonl_gsm8k_style_with_math_verify(tmp_path):
     rows = [
         {"question": "Tom has 3 apples and buys 4 more. How many?", "answer": "3+4=7\n#### 7"},
@@ -105,6 +106,7 @@ def test_jsonl_gsm8k_style_with_math_verify(tmp_path):
     assert per["math_verify"] == [1.0, 1.0]
 
 
+@pytest.mark.integration
 def test_jsonl_math_style_latex_equivalence(tmp_path):
     p = tmp_path / "math.jsonl"
     p.write_text(json.dumps({"problem": "Simplify 2/4", "solution": "\\frac{1}{2}"}) + "\n")
@@ -131,6 +133,7 @@ def _math_task(tmp_path, gold: str, rewards=None):
                            answer_field="answer", n_train=0, n_eval=0, rewards=rewards or {"math_verify": 1.0}))
 
 
+@pytest.mark.integration
 def test_boxed_answers_with_nested_braces(tmp_path):
     from rlx.tasks.answers import last_boxed
 
@@ -145,6 +148,7 @@ def test_boxed_answers_with_nested_braces(tmp_path):
     assert t.passed(per) == [True, True, True, False]  # val/acc counts any correct phrasing
 
 
+@pytest.mark.integration
 def test_gsm8k_val_acc_counts_a_correct_answer_however_phrased(tmp_path):
     t = _math_task(tmp_path, "10", {"correct": 2.0, "math_verify": 1.0})
     per = t.score(t.eval * 3, [" The answer is 10.", "#### 10", "#### 11"])
@@ -182,6 +186,7 @@ ADVERSARIAL = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("text", ADVERSARIAL, ids=["power_tower", "boxed_tower", "expand", "100k_digits",
                                                     "long_space", "frac_150"])
 def test_adversarial_completions_are_bounded_and_score_zero(tmp_path, text):

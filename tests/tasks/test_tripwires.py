@@ -293,6 +293,7 @@ def test_report_column_shows_each_runs_largest_moving_mean(tmp_path):
 WORDS = ["task=wordproblems", "model.max_position_embeddings=384", "rollout.max_new_tokens=24"]
 
 
+@pytest.mark.integration
 def test_a_reward_that_pays_for_no_answer_raises_the_warning(tmp_path):
     run_dir = tmp_path / "run"
     subprocess.run([sys.executable, "-m", "rlx.train", *TINY, *WORDS, "train.steps=5", "train.eval_every=100",

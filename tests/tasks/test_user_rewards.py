@@ -24,6 +24,7 @@ def _calls(path):
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.integration
 def test_called_with_columns_none_is_left_out(tmp_path, monkeypatch):
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("RLX_TEST_REWARD_LOG", str(log))
@@ -41,6 +42,7 @@ def test_called_with_columns_none_is_left_out(tmp_path, monkeypatch):
     assert call["kwargs"] == ["answer", "prompts"] and call["answer"] == [e.answer, e.answer, "skip"]
 
 
+@pytest.mark.integration
 def test_a_hang_is_cut_at_the_time_bound_and_counted():
     t = build_task(_cfg({f"{FNS}:hangs": 1.0, f"{FNS}:short": 1.0}, reward_timeout_s=1.0))
     e = t.train[0]
@@ -52,6 +54,7 @@ def test_a_hang_is_cut_at_the_time_bound_and_counted():
     assert t.reward_stats()["train/reward_timeouts"] == 1
 
 
+@pytest.mark.integration
 def test_a_raising_or_malformed_function_stops_with_its_reason():
     t = build_task(_cfg({f"{FNS}:raises": 1.0}))
     with pytest.raises(RewardFunctionError, match="(?s)raises.*KeyError.*no such column"):
@@ -81,6 +84,7 @@ def test_a_required_column_the_data_lacks_is_named():
         check_task_config(_cfg({f"{FNS}:short": 1.0, f"{FNS}.short": 1.0}))
 
 
+@pytest.mark.integration
 def test_run_logs_an_imported_reward_from_the_command_line(tmp_path, monkeypatch):
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("RLX_TEST_REWARD_LOG", str(log))
@@ -94,6 +98,7 @@ def test_run_logs_an_imported_reward_from_the_command_line(tmp_path, monkeypatch
     assert {c["n"] for c in calls} >= {16}  # training batches: prompts_per_step 4 x group_size 4
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("reward,why", [("tests.tasks.reward_fns.nope", "has no attribute 'nope'"),
                                         ("tests.tasks.reward_fns.no_kwargs", "no_kwargs"),
                                         ("tests.tasks.reward_fns.needs_level", "level")])
