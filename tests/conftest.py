@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlx.run.records import read_metrics  # noqa: F401  (the tests read runs through the one reader)
-from tests import tiers
+from tests import tiers, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -81,6 +81,18 @@ def _shared_cache(tmp_path_factory):
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     yield
+
+
+@pytest.fixture(scope="session")
+def make_tiny_model():
+    """tests.tiny.tiny_qwen2(seed, dtype, tok, **Qwen2Config keys): the suite's one tiny-model builder."""
+    return tiny.tiny_qwen2
+
+
+@pytest.fixture
+def tiny_lora_policy(tmp_path):
+    """(policy, tok) of tests.tiny.tiny_policy, its base saved in tmp_path / "policy"."""
+    return tiny.tiny_policy(tmp_path / "policy")
 
 
 def compose(overrides: list[str] | None = None):

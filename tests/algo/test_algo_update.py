@@ -11,7 +11,7 @@ from rlx.config import RLXConfig
 from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
 from rlx.rollout import SamplingParams, build_engine
-from tests.rollout.conftest import tiny_policy
+from tests.tiny import tiny_policy
 
 
 @pytest.fixture(scope="module")

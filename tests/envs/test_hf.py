@@ -16,7 +16,8 @@ from rlx.envs.format import TurnFormat
 from rlx.models.forward import token_logprobs
 from rlx.rollout import SamplingParams
 from tests.envs.helpers import EchoEnv
-from tests.rollout.conftest import engine_params, make_engine, tiny_policy
+from tests.rollout.conftest import engine_params, make_engine
+from tests.tiny import tiny_policy
 
 PROMPTS = ["3+4=", "12-5=", "hello", "(2+3)*4="]
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| in fp32 (tests/rollout/test_conformance.py)

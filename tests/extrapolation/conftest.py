@@ -5,25 +5,9 @@ import torch
 from torch import nn
 
 from benchmarks.studies.next_trajectory import FakeLoraLinear
+from tests.tiny import tiny_qwen2
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def _tiny_qwen2(seed: int):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(
-        vocab_size=96,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(cfg).float().eval()
 
 
 def _quantize_nf4(model: nn.Module) -> None:
@@ -45,7 +29,7 @@ def _quantize_nf4(model: nn.Module) -> None:
 def _make_policy(seed: int = 0, quantized: bool = False, r: int = 4):
     from peft import LoraConfig, get_peft_model
 
-    model = _tiny_qwen2(seed)
+    model = tiny_qwen2(seed, vocab_size=96, intermediate_size=96)
     if quantized:
         _quantize_nf4(model)
     torch.manual_seed(seed + 1)

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from rlx.run import device as D
 from rlx.run.checkpoint import STATE, Checkpointer, CorruptCheckpointError, read_state, write_manifest
+from tests.tiny import MINIMAL, tiny_qwen2
 
 CPU_TAG, CUDA_TAG = b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0"  # BINUNICODE strings (pickle protocol 2)
 
@@ -40,12 +41,8 @@ def as_saved_on_gpu(path) -> None:
 @pytest.fixture
 def policy():
     from peft import LoraConfig, get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1)
-    return get_peft_model(Qwen2ForCausalLM(cfg), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+    return get_peft_model(tiny_qwen2(**MINIMAL), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
                                                             init_lora_weights=False))
 
 

@@ -15,6 +15,7 @@ from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
 from rlx.rollout import build_engine
 from tests.rollout.test_conformance import FP32_MAX, FP32_MEAN, gen, trainer_logits, trainer_logprobs
+from tests.tiny import servable_qwen2
 
 pytestmark = pytest.mark.integration
 
@@ -25,21 +26,10 @@ CASES = [("hf", False, False), ("hf", True, True), pytest.param("vllm", True, Fa
 
 
 def plain(tmp_path, tied: bool):
-    """A 2-layer Qwen2 (head_dim 32, what vLLM's CPU attention serves) saved to tmp_path, every weight trainable."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from rlx.models.tokenizer import build_char_tokenizer
-
-    tok = build_char_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                      tie_word_embeddings=tied, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, initializer_range=0.2)  # sharp: greedy has clear winners
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg)
-    model.save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
-    return model.eval(), tok, tmp_path
+    """The suite's servable tiny Qwen2 (head_dim 32, what vLLM's CPU attention serves; a sharp init: greedy
+    has clear winners) saved to tmp_path, every weight trainable."""
+    model, tok = servable_qwen2(tmp_path, tie_word_embeddings=tied)
+    return model, tok, tmp_path
 
 
 def _move_weights_lora_cannot(model) -> None:

@@ -7,15 +7,16 @@ import torch
 
 from rlx.models.forward import causal_lm, lm_logits
 from rlx.models.held import held_autocast_weights, held_lm_logits
-from tests.rollout.conftest import make_engine, tiny_policy
+from tests.rollout.conftest import make_engine
+from tests.tiny import tiny_policy
 
 
 def _linears(policy):
     return {n: q for n, q in policy.named_parameters() if n.endswith(".weight") and "embed" not in n and "norm" not in n}
 
 
-def test_frozen_linears_are_held_in_bf16_with_the_same_logits_and_restored_after(tmp_path):
-    policy, tok = tiny_policy(tmp_path)
+def test_frozen_linears_are_held_in_bf16_with_the_same_logits_and_restored_after(tiny_lora_policy):
+    policy, tok = tiny_lora_policy
     ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
     before = {n: (q.data_ptr(), q.dtype) for n, q in policy.named_parameters()}
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -30,14 +31,14 @@ def test_frozen_linears_are_held_in_bf16_with_the_same_logits_and_restored_after
     assert {n: (q.data_ptr(), q.dtype) for n, q in policy.named_parameters()} == before  # the fp32 tensors are back
 
 
-def test_outside_autocast_nothing_is_held(tmp_path):
-    policy, _ = tiny_policy(tmp_path)
+def test_outside_autocast_nothing_is_held(tiny_lora_policy):
+    policy, _ = tiny_lora_policy
     with held_autocast_weights(policy, "cpu"):
         assert all(q.dtype == torch.float32 for q in policy.parameters())
 
 
-def test_skip_names_and_a_tied_head_stay_fp32(tmp_path):
-    policy, _ = tiny_policy(tmp_path)
+def test_skip_names_and_a_tied_head_stay_fp32(tiny_lora_policy):
+    policy, _ = tiny_lora_policy
     lm = causal_lm(policy)
     lm.lm_head.weight = lm.model.embed_tokens.weight  # tie: the lookup must stay fp32
     skip = {next(n for n, q in policy.named_parameters() if n.endswith("q_proj.base_layer.weight"))}
@@ -49,8 +50,8 @@ def test_skip_names_and_a_tied_head_stay_fp32(tmp_path):
 
 
 @pytest.mark.parametrize("fp32_head", [False, True])
-def test_held_head_gives_the_logits_of_lm_logits(tmp_path, fp32_head):
-    policy, _ = tiny_policy(tmp_path)
+def test_held_head_gives_the_logits_of_lm_logits(tiny_lora_policy, fp32_head):
+    policy, _ = tiny_lora_policy
     lm = causal_lm(policy)
     hidden = torch.randn(3, lm.config.hidden_size)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):

@@ -6,27 +6,15 @@ import torch
 from torch import nn
 
 from rlx.noise import NoiseConfig
+from tests import tiny
 
 VOCAB = 32
 
 
 def tiny_qwen2(seed: int = 0, dtype=torch.float32) -> nn.Module:
-    """Qwen2ForCausalLM with hidden 64, 2 layers, vocab 32; a wide init makes sampling non-uniform."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-        initializer_range=0.3,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(cfg).to(dtype).eval()
+    """The suite's tiny Qwen2 (hidden 64, 2 layers, vocab 32) drawn in fp32, then cast to `dtype`; a wide init
+    makes sampling non-uniform."""
+    return tiny.tiny_qwen2(seed, vocab_size=VOCAB, initializer_range=0.3).to(dtype)
 
 
 def aqn_config(**overrides) -> NoiseConfig:

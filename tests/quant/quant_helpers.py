@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.tiny import tiny_qwen2
+
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -33,21 +35,9 @@ def ct_global_scale(weight: torch.Tensor) -> torch.Tensor:
 
 
 def tiny_qwen(hidden: int = 64, intermediate: int = 128, tie: bool = False, seed: int = 0, dtype=torch.bfloat16):
-    """2-layer Qwen2ForCausalLM (vocab 128, 4 heads, 2 kv heads); q/k/v carry biases as in Qwen2."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=128,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=tie,
-    )
-    model = Qwen2ForCausalLM._from_config(config, dtype=dtype)
+    """The suite's tiny Qwen2 (tests/tiny.py) with vocab 128; q/k/v carry biases as in Qwen2."""
+    model = tiny_qwen2(seed, dtype, vocab_size=128, hidden_size=hidden, intermediate_size=intermediate,
+                       tie_word_embeddings=tie)
     with torch.no_grad():  # HF inits biases to zero; make them non-trivial so bias handling is tested
         for layer in model.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):

@@ -37,7 +37,8 @@ def _count_dequantizations(model) -> dict:
 def test_hf_engine_on_a_packed_base_samples_as_before(tmp_path):
     from rlx.rollout import SamplingParams
     from rlx.rollout.hf import HFEngine
-    from tests.rollout.conftest import make_engine, tiny_policy
+    from tests.rollout.conftest import make_engine
+    from tests.tiny import tiny_policy
 
     policy, tok = tiny_policy(tmp_path)
     quantize_model(policy.base_model.model, QuantConfig(format="nvfp4"))
@@ -68,7 +69,7 @@ def test_update_on_a_packed_base_dequantizes_once_and_trains_as_before(tmp_path,
     from rlx.rollout import SamplingParams, build_engine
     from rlx.run.config import TrainerConfig
     from rlx.run.device import resolve
-    from tests.rollout.conftest import tiny_policy
+    from tests.tiny import tiny_policy
 
     policy, tok = tiny_policy(tmp_path)
     quantize_model(policy.base_model.model, QuantConfig(format="nvfp4"))

@@ -22,7 +22,8 @@ from rlx.models.forward import token_logprobs
 from rlx.rollout import SamplingParams, build_engine
 from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
-from tests.rollout.conftest import engine_params, make_engine, tiny_policy
+from tests.rollout.conftest import engine_params, make_engine
+from tests.tiny import tiny_policy
 
 PROMPTS = ["3+4=", "12-5=", "7*8=", "hello", "99+1=", "(2+3)*4="]
 SAMPLING = SamplingParams(max_tokens=12, temperature=1.0)

@@ -1,4 +1,4 @@
-"""Engines under test: the same tiny LoRA policy served by every registered engine.
+"""Engines under test: the suite's tiny LoRA policy (tests/tiny.py: tiny_policy) served by every registered engine.
 
 The model has head_dim 32 (vLLM's CPU attention needs >= 32) and a sharpened random init, so its
 distributions are far from uniform (greedy has clear winners) and eos comes up now and then.
@@ -7,15 +7,14 @@ distributions are far from uniform (greedy has clear winners) and eos comes up n
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from rlx.rollout.config import RolloutConfig
 from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
+from tests.tiny import tiny_policy
 
 # test name -> (registered engine, rollout overrides): vLLM both ways LoRA can reach it, and a vLLM server
 VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),
@@ -28,33 +27,6 @@ ENGINES = list(VARIANTS)
 def engine_params(names=ENGINES) -> list:
     """`names` as parametrize values, the vLLM engines marked integration (they build an engine or start a server)."""
     return [pytest.param(n, marks=pytest.mark.integration) if n.startswith("vllm") else n for n in names]
-
-
-def tiny_policy(path, seed: int = 0):
-    """A 2-layer Qwen2 (hidden 64, 2 heads -> head_dim 32) saved to `path`, wrapped with LoRA whose B is non-zero."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from rlx.models import attach_lora
-    from rlx.models.tokenizer import build_char_tokenizer
-
-    tok = build_char_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
-                      tie_word_embeddings=False, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, initializer_range=0.2)
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg)
-    with torch.no_grad():
-        model.lm_head.weight[tok.eos_token_id] *= 2.0  # make eos a real option
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    lora = SimpleNamespace(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"])
-    policy = attach_lora(model.eval(), lora)
-    with torch.no_grad():
-        for n, p in policy.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.3, generator=torch.Generator().manual_seed(1))
-    return policy.eval(), tok
 
 
 def make_engine(name: str, policy, tok, path, dtype: str = "fp32", **rollout):

@@ -484,7 +484,8 @@ def test_merged_sync_reloads_the_weights_in_place_on_the_server(tmp_path):
     the samples, and only the current weights stay on disk."""
     pytest.importorskip("vllm")
     from rlx.rollout.base import SamplingParams
-    from tests.rollout.conftest import make_engine, tiny_policy
+    from tests.rollout.conftest import make_engine
+    from tests.tiny import tiny_policy
 
     policy, tok = tiny_policy(tmp_path / "base")
     engine = make_engine("vllm-server", policy, tok, tmp_path / "base", vllm={"sync": "merged"})

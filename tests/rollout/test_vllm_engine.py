@@ -80,7 +80,7 @@ def test_vllm_on_cpu_samples_from_the_quantized_base_values(tmp_path):
     from rlx.quant.config import QuantConfig
     from rlx.quant.model import quantize_model
     from rlx.rollout import build_engine
-    from tests.rollout.conftest import tiny_policy
+    from tests.tiny import tiny_policy
 
     dense, tok = tiny_policy(tmp_path)  # saves the 16-bit base to tmp_path; LoRA B non-zero
     base = quantize_model(AutoModelForCausalLM.from_pretrained(tmp_path).eval(), QuantConfig(format="nvfp4"))

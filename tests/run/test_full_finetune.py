@@ -12,6 +12,7 @@ from rlx.models import build_policy, has_lora, reference_policy
 from rlx.models.forward import token_logprobs
 from rlx.tasks import build_task
 from tests.conftest import TINY, compose, kill_and_rerun, read_metrics, run_tiny, strip_timing
+from tests.tiny import MINIMAL, tiny_qwen2
 
 # the tiny policy gets reward at step 1 here (2 of 32 completions right), so its advantages are not 0
 LEARNS = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=150",
@@ -155,11 +156,7 @@ def test_full_checkpoint_is_a_transformers_model_and_resumes_bitwise_after_kill_
 # ---- full-model checkpoints, unit level: a plain Qwen2 with tied embeddings (SmolLM2's layout) --------------
 @pytest.fixture
 def plain():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+    return tiny_qwen2(**MINIMAL, tie_word_embeddings=True).train()
 
 
 def _bump(model, by: float) -> None:
