@@ -1,9 +1,9 @@
-"""AQN inside the real training loop: it reaches the sampling policy, never evaluation, and resumes."""
+"""AQN inside the real training loop: it reaches the sampling policy, never evaluation (its resume: the AQN row
+of tests/run/test_resume_matrix.py)."""
 
 import pytest
 
-from tests.conftest import read_metrics, run_tiny, strip_timing
-from tests.faults import fail_overrides
+from tests.conftest import read_metrics, run_tiny
 
 pytestmark = pytest.mark.integration
 
@@ -21,13 +21,3 @@ def test_noise_reaches_rollouts_but_not_evaluation(tmp_path):
     assert noisy[2]["actor/entropy"] != clean[2]["actor/entropy"]
     # evaluation never runs under noise: the step-0 evaluation is identical (same base, same LoRA init)
     assert noisy[0]["val/acc"] == clean[0]["val/acc"] and noisy[0]["val/mean_at_k"] == clean[0]["val/mean_at_k"]
-
-
-def test_noise_sequence_identical_after_resume(tmp_path):
-    ref = tmp_path / "ref"
-    run_tiny(ref, EASY + AQN)
-    run = tmp_path / "resumed"
-    with pytest.raises(RuntimeError, match="forced failure"):
-        run_tiny(run, EASY + AQN + fail_overrides(3))
-    run_tiny(run, EASY + AQN)
-    assert strip_timing(read_metrics(run)) == strip_timing(read_metrics(ref))

@@ -10,7 +10,7 @@ import torch
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 from rlx.rollout.schedule import AsyncSchedule, StaleSchedule
-from tests.conftest import compose, kill_and_rerun, read_metrics, run_tiny, strip_timing
+from tests.conftest import compose, read_metrics, run_tiny, strip_timing
 
 # a base that gets non-zero rewards from step 1 (so every update moves the policy)
 EASY = ["task.num_terms=2", "task.max_operand=6", "task.n_train=60", "task.n_eval=12", "model.sft.steps=200"]
@@ -230,24 +230,3 @@ def test_stale_mode_lags_exactly_k_and_is_bit_reproducible(tmp_path):
 def _run(d, over):
     run_tiny(d, over)
     return d
-
-
-@pytest.mark.integration
-def test_stale_mode_resume_after_kill_equals_uninterrupted(tmp_path):
-    over = EASY + ["rollout.mode=stale", "rollout.max_staleness=3", "train.steps=6"]
-    run_tiny(tmp_path / "ref", over)
-    kill_and_rerun(tmp_path / "killed", over)
-    assert strip_timing(read_metrics(tmp_path / "killed")) == strip_timing(read_metrics(tmp_path / "ref"))
-
-
-@pytest.mark.integration
-def test_async_mode_runs_the_loop_and_resumes(tmp_path):
-    """async: staleness within k every step; kill -9 + rerun resumes from the checkpoint (the queue
-    is not checkpointed: the resumed generator starts from the checkpointed weights)."""
-    over = EASY + ["rollout.mode=async", "rollout.max_staleness=2", "train.steps=6"]
-    kill_and_rerun(tmp_path / "run", over)
-    rows = read_metrics(tmp_path / "run")
-    assert [r["step"] for r in rows if r["step"] > 2][:4] == [3, 4, 5, 6]
-    assert all(r["rollout/staleness/max"] <= 2 for r in rows if r["step"] > 0)
-    assert all("timing_s/trainer_wait" in r for r in rows if r["step"] > 0)
-    assert (tmp_path / "run" / "ckpt" / "step_6").is_dir()

@@ -1,5 +1,5 @@
-"""The vllm engine beyond conformance: AQN in the engine's own weights, the loop end to end,
-kill -9 resume, and the configurations it refuses (before any model is built)."""
+"""The vllm engine beyond conformance: AQN in the engine's own weights, the loop end to end, and the
+configurations it refuses (before any model is built); its resume is the vllm row of tests/run/test_resume_matrix.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rlx.rollout import SamplingParams
 from rlx.rollout.config import RolloutConfig
 from rlx.run.config import TrainerConfig
 from rlx.run.device import resolve
-from tests.conftest import kill_and_rerun, read_metrics, run_tiny, strip_timing
+from tests.conftest import read_metrics, run_tiny
 from tests.noise.noise_helpers import aqn_config
 from tests.rollout.test_conformance import FP32_MAX, FP32_MEAN, PROMPTS, trainer_logprobs
 
@@ -110,17 +110,6 @@ def test_vllm_on_cpu_samples_from_the_quantized_base_values(tmp_path):
         assert (trainer_logprobs(packed, again) - again.logprobs).abs()[m].mean() < FP32_MEAN
     finally:
         engine.close()
-
-
-def test_vllm_resume_after_kill_equals_uninterrupted(tmp_path):
-    """What holds for vllm: per-request seeds come from the checkpointed generator and the engine is
-    reloaded from the checkpointed adapter, so a resumed run replays the uninterrupted one exactly."""
-    over = VLLM + ["train.steps=6"]
-    ref = tmp_path / "ref"
-    run_tiny(ref, over)
-    run_dir = tmp_path / "killed"
-    kill_and_rerun(run_dir, over)
-    assert strip_timing(read_metrics(run_dir)) == strip_timing(read_metrics(ref))
 
 
 @pytest.mark.parametrize("override,match", [

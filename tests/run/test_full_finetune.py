@@ -1,6 +1,7 @@
 """model.finetune=full: every base weight trains (no LoRA), gradient checkpointing (LoRA and full), the
-frozen reference copy of the KL term, full-model checkpoints (transformers-loadable, verified, resumed
-bitwise after kill -9), DDP, and the knobs full fine-tuning refuses before any model is built."""
+frozen reference copy of the KL term, full-model checkpoints (verified; transformers-loadable and resumed
+bitwise: the full row of tests/run/test_resume_matrix.py), DDP, and the knobs full fine-tuning refuses before any
+model is built."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rlx import algo as A
 from rlx.models import build_policy, has_lora, reference_policy
 from rlx.models.forward import token_logprobs
 from rlx.tasks import build_task
-from tests.conftest import TINY, compose, kill_and_rerun, read_metrics, run_tiny, strip_timing
+from tests.conftest import TINY, compose, read_metrics, run_tiny, strip_timing
 from tests.tiny import MINIMAL, tiny_qwen2
 
 # the tiny policy gets reward at step 1 here (2 of 32 completions right), so its advantages are not 0
@@ -127,30 +128,6 @@ def test_beta_keeps_a_frozen_reference_copy_whose_logprobs_do_not_move(tmp_path)
         p.engine.close()
     lora = compose(TINY + ["algo.beta=0.1"])  # LoRA: the reference is the policy with adapters disabled
     assert reference_policy(lora, torch.nn.Linear(1, 1)) is None
-
-
-@pytest.mark.integration
-def test_full_checkpoint_is_a_transformers_model_and_resumes_bitwise_after_kill_9(tmp_path):
-    """The frozen reference (algo.beta > 0) of the resumed run is the base, not the resumed weights:
-    a run killed after step 2 and rerun logs what the uninterrupted one logs."""
-    import json
-
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
-    over = FULL + ["algo.beta=0.05", "train.steps=6"]
-    ref = tmp_path / "ref"
-    run_tiny(ref, over)
-    killed = tmp_path / "killed"
-    kill_and_rerun(killed, over)
-    assert strip_timing(read_metrics(killed)) == strip_timing(read_metrics(ref))
-    step = ref / "ckpt" / "step_6"
-    files = json.loads((step / "manifest.json").read_text())["files"]
-    assert "model/model.safetensors" in files and "model/config.json" in files and not any("adapter" in f for f in files)
-    a, b = load_file(step / "model" / "model.safetensors"), load_file(killed / "ckpt" / "step_6" / "model" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bitwise the same weights
-    hf = AutoModelForCausalLM.from_pretrained(step / "model")  # an independent reader of the same file
-    assert hf.state_dict().keys() == a.keys() and all(torch.equal(q, a[n]) for n, q in hf.state_dict().items())
 
 
 # ---- full-model checkpoints, unit level: a plain Qwen2 with tied embeddings (SmolLM2's layout) --------------
