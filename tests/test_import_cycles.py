@@ -110,7 +110,7 @@ def describe(graph: dict[str, set[str]], comp: list[str]) -> str:
 # bottom to top (docs/README.md, "Layers"): run/ is plumbing; tasks own answers and their readings; the
 # SFT stage is inside models; eval holds the commands above the config they compose
 LAYERS = ("run", "tasks", "quant", "models", "noise", "algo", "rollout", "envs", "extrapolation", "scaling",
-          "config", "eval", "sweeps", "report", "train", "gpu_check")
+          "config", "eval", "sweeps", "report", "train", "bench")
 # no edge may run up (rlx/sweeps/cli.py runs `python -m rlx.report` as the next command, not as an import)
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 

@@ -38,8 +38,21 @@ def test_every_python_m_command_has_a_console_script():
 def test_console_scripts_are_package_commands_only():
     """A console script of a module outside rlx/ would be installed by pip but fail to import there."""
     assert {name: t for name, t in SCRIPTS.items() if not t.startswith("rlx.")} == {}
-    # the GPU check is a user command (docs/gpu.md), under its name and its earlier one
-    assert SCRIPTS["rlx-gpu-check"] == SCRIPTS["rlx-bench-gpu"] == "rlx.gpu_check:main"
+    # the GPU check is a user command (docs/gpu.md), under its name and its earlier one; it and the other
+    # benchmarks run from the checkout (rlx.bench)
+    assert SCRIPTS["rlx-gpu-check"] == SCRIPTS["rlx-bench-gpu"] == "rlx.bench:gpu_check"
+    assert SCRIPTS["rlx-bench"] == "rlx.bench:main"
+
+
+@pytest.mark.integration
+def test_rlx_bench_runs_a_checkout_benchmark_and_names_the_ones_it_has(capsys):
+    from rlx.bench import run
+
+    p = subprocess.run([sys.executable, "-m", "rlx.bench", "gpu_check", "--help"], cwd="/", capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "--first-hour" in p.stdout  # from any directory
+    with pytest.raises(SystemExit, match="no benchmarks/nope beside .*the benchmarks are: .*generation"):
+        run("nope", [])
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))

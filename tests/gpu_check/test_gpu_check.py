@@ -1,4 +1,4 @@
-"""rlx.gpu_check (the GPU verification script) on a machine without a GPU: smoke mode and SKIPs."""
+"""benchmarks.gpu_check (the GPU verification script) on a machine without a GPU: smoke mode and SKIPs."""
 
 import json
 import os
@@ -17,7 +17,7 @@ def _run(tmp_path: Path, *args: str, timeout: int = 240) -> tuple[subprocess.Com
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     env.pop("OUT", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "rlx.gpu_check", "--out", str(out), "--tmp-dir", str(tmp_path), *args],
+        [sys.executable, "-m", "benchmarks.gpu_check", "--out", str(out), "--tmp-dir", str(tmp_path), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
     )
     assert out.exists(), proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -65,7 +65,7 @@ def test_without_cuda_triton_and_rl_parts_skip(tmp_path):
 
 def test_a_part_that_raises_is_a_fail_and_the_rest_still_run(tmp_path, monkeypatch):
     """Each part runs in its own try/except: a crash is recorded as FAIL, later parts run, exit status 1."""
-    import rlx.gpu_check as gpu
+    import benchmarks.gpu_check as gpu
 
     def boom(args, rec, budget):
         raise RuntimeError("kernel exploded")
@@ -87,7 +87,7 @@ def test_triton_checks_logic_under_the_interpreter(tmp_path):
     pytest.importorskip("triton")
     code = (
         "from pathlib import Path; import json, sys\n"
-        "import rlx.gpu_check as gpu\nfrom rlx.gpu_check.kernels import TRITON_CASES, triton_checks\n"
+        "import benchmarks.gpu_check as gpu\nfrom benchmarks.gpu_check.kernels import TRITON_CASES, triton_checks\n"
         "cases = [c for c in TRITON_CASES if c[2] * c[3] <= 1 << 16]\n"
         "rec = gpu.Recorder(Path(sys.argv[1]), {})\n"
         "triton_checks(cases, 'cpu', rec, gpu.Budget(300), timing=False)\n"
@@ -119,7 +119,7 @@ def test_toolchain_and_the_gloo_half_of_nccl_run_without_cuda(tmp_path):
 
 
 def test_first_hour_runs_every_part_most_basic_first(monkeypatch, tmp_path):
-    import rlx.gpu_check as gpu
+    import benchmarks.gpu_check as gpu
 
     ran = []
     for key in gpu.RUNNERS:
@@ -131,7 +131,7 @@ def test_first_hour_runs_every_part_most_basic_first(monkeypatch, tmp_path):
 def test_rl_part_trains_in_bf16_where_the_tiny_model_pins_fp32():
     """The composed config of part 3's command: trainer.dtype=bf16 overrides the tiny model's fp32 (which
     would reach vLLM's fp16/bf16-only LoRA and FP4 kernels on a GPU)."""
-    from rlx.gpu_check.rl_part import rl_command
+    from benchmarks.gpu_check.rl_part import rl_command
     from tests.conftest import compose
 
     overrides = [a for a in rl_command("vllm", ROOT / "unused", [])[3:] if not a.startswith("hydra.")]
@@ -144,7 +144,7 @@ def test_the_vllm_log_lines_it_reads_are_the_installed_vllms():
     """The script reads vLLM's chosen NVFP4 kernel and model runner from its log: each line it parses is
     formatted here from the installed vLLM's own format string, and the kernel names from its classes."""
     vllm = pytest.importorskip("vllm")
-    from rlx.gpu_check.expect import EXPECTED_NVFP4_KERNEL, vllm_choices
+    from benchmarks.gpu_check.expect import EXPECTED_NVFP4_KERNEL, vllm_choices
 
     root = Path(vllm.__file__).parent
     selection = (root / "model_executor/kernels/linear/__init__.py").read_text()

@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlx.gpu_check.expect import EXPECTED_NVFP4_KERNEL, arch_of, kernel_as_expected, ratio_expectation, vllm_choices
-from rlx.gpu_check.common import Budget, ENGINE_TAG, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _dir_bytes, _free_cuda, _sync, _tail, build_random_qwen2
+from benchmarks.gpu_check.expect import EXPECTED_NVFP4_KERNEL, arch_of, kernel_as_expected, ratio_expectation, vllm_choices
+from benchmarks.gpu_check.common import Budget, ENGINE_TAG, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _dir_bytes, _free_cuda, _sync, _tail, build_random_qwen2
 
 # ----------------------------------------------------------------------------------------------
 # part 1: vLLM bf16 vs NVFP4
@@ -83,7 +83,7 @@ def engine_main(spec: dict) -> dict:
 def _run_engine(spec: dict, budget: Budget, timeout_s: float) -> tuple[dict | None, str]:
     """(result, error text) of one engine child process."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "rlx.gpu_check", "--engine-spec", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "benchmarks.gpu_check", "--engine-spec", json.dumps(spec)]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=budget.timeout(timeout_s))

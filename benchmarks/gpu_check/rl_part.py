@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from rlx.run import records as rlx_runs
-from rlx.gpu_check.expect import vllm_choices
-from rlx.gpu_check.common import Budget, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _free_cuda, _sync, _tail, build_random_qwen2
+from benchmarks.gpu_check.expect import vllm_choices
+from benchmarks.gpu_check.common import Budget, QWEN2_7B, ROOT, Recorder, TINY, _cuda_available, _free_cuda, _sync, _tail, build_random_qwen2
 
 # ----------------------------------------------------------------------------------------------
 # part 3: RL steps through rlx.train

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rlx.gpu_check.common import Budget, Recorder, _cuda_available, _version
+from benchmarks.gpu_check.common import Budget, Recorder, _cuda_available, _version
 
 # ----------------------------------------------------------------------------------------------
 # part 2: Triton kernel on the GPU

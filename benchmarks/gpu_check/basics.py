@@ -9,8 +9,8 @@ import importlib.util
 import socket
 from datetime import timedelta
 
-from rlx.gpu_check.common import Budget, Recorder, _cuda_available, _version
-from rlx.gpu_check.expect import arch_of
+from benchmarks.gpu_check.common import Budget, Recorder, _cuda_available, _version
+from benchmarks.gpu_check.expect import arch_of
 
 MIXED_BACKEND = "cpu:gloo,cuda:nccl"  # PyTorch's per-device backends: CPU tensors on gloo, CUDA ones on NCCL
 

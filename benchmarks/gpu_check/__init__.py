@@ -1,4 +1,4 @@
-"""GPU verification in one run: `python -m rlx.gpu_check [--first-hour | --parts 0,5,2,3,1,4] [--smoke]`; see docs/gpu.md.
+"""GPU verification in one run: `python -m benchmarks.gpu_check [--first-hour | --parts 0,5,2,3,1,4] [--smoke]`; see docs/gpu.md.
 
 Parts, most basic first (each in its own try/except; one PASS / FAIL / SKIP line per check, with its figures):
   0  toolchain torch / CUDA / Triton / NCCL versions, GPU name, capability (sm_90 Hopper, sm_100 Blackwell),
@@ -37,12 +37,12 @@ import time
 import traceback
 from pathlib import Path
 
-from rlx.gpu_check.basics import part_nccl, part_toolchain
-from rlx.gpu_check.common import Budget, ENGINE_TAG, ORDER, PARTS, ROOT, Recorder, _free_cuda, _tail, _version
-from rlx.gpu_check.expect import PART_EXPECTATIONS, arch_of
-from rlx.gpu_check.vllm_part import engine_main, part_vllm
-from rlx.gpu_check.kernels import part_triton
-from rlx.gpu_check.rl_part import part_hf, part_rl
+from benchmarks.gpu_check.basics import part_nccl, part_toolchain
+from benchmarks.gpu_check.common import Budget, ENGINE_TAG, ORDER, PARTS, ROOT, Recorder, _free_cuda, _tail, _version
+from benchmarks.gpu_check.expect import PART_EXPECTATIONS, arch_of
+from benchmarks.gpu_check.vllm_part import engine_main, part_vllm
+from benchmarks.gpu_check.kernels import part_triton
+from benchmarks.gpu_check.rl_part import part_hf, part_rl
 
 RUNNERS = {"0": part_toolchain, "5": part_nccl, "1": part_vllm, "2": part_triton, "3": part_rl, "4": part_hf}
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = _parse_parts(args.parts)
     budget = Budget(args.budget_s)
     rec = Recorder(args.out or default_out(), _meta(args))
-    print(f"rlx.gpu_check: parts {','.join(parts)} smoke={smoke} budget {args.budget_s:.0f} s -> {rec.out_path}",
+    print(f"benchmarks.gpu_check: parts {','.join(parts)} smoke={smoke} budget {args.budget_s:.0f} s -> {rec.out_path}",
           flush=True)
     for part in parts:
         label = f"{part}.{PARTS[part]}"
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         rec.write()
     summary = rec.summary()
     rec.write()
-    print(f"rlx.gpu_check: {summary['PASS']} passed, {summary['FAIL']} failed, {summary['SKIP']} skipped "
+    print(f"benchmarks.gpu_check: {summary['PASS']} passed, {summary['FAIL']} failed, {summary['SKIP']} skipped "
           f"in {summary['wall_s']} s -> {rec.out_path}", flush=True)
     return 1 if summary["FAIL"] else 0
 
