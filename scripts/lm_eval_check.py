@@ -262,7 +262,7 @@ def load_lm_eval(path: Path) -> dict[int, dict]:
 
 def load_rlx(path: Path, set_name: str | None = None) -> dict[int, dict]:
     """{index: row} of rlx-eval's greedy completions of one set, each with its readings (computed here with
-    rlx.tasks.readings when the file has none)."""
+    rlx.tasks.answers.readings when the file has none)."""
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     rows = [r for r in rows if r.get("kind", "greedy") == "greedy"]
     names = list(dict.fromkeys(r.get("set", "default") for r in rows))

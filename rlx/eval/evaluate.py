@@ -5,7 +5,7 @@ into the val/* metrics and `python -m rlx.eval` (rlx/eval) into pass@k / maj@k t
 same engine, prompts (chat templates already rendered by the task), sampling settings and rewards.
 
 One set (task.eval empty): `val/acc`, `val/mean_at_k`, `val/k`, as always. Beside the task's verdict
-(`val/acc`: its rewards' pass flag), the benchmark's own readings (rlx.tasks.readings: lm-eval's GSM8K
+(`val/acc`: its rewards' pass flag), the benchmark's own readings (rlx.tasks.answers.readings: lm-eval's GSM8K
 `val/strict-match` and `val/flexible-extract` for numeric golds, `val/math-verify` for MATH): a run
 trained on any reward is also scored the way its benchmark is. Named sets (task.eval):
 `val/<name>/acc` and `val/<name>/mean_at_k` for each, and their unweighted mean as `val/acc` and
@@ -47,7 +47,7 @@ class SetResult:
     samples: list[str] | None = None  # [P * k], k consecutive samples per prompt
     samples_passed: list[bool] | None = None  # [P * k]
     samples_reward: list[float] | None = None  # [P * k]
-    # the benchmark's own readings (rlx.tasks.readings), beside the task's verdict: {reading: [{answer, passed}]}
+    # the benchmark's own readings (rlx.tasks.answers.readings), beside the task's verdict: {reading: [{answer, passed}]}
     greedy_readings: dict | None = None  # each list [P]
     samples_readings: dict | None = None  # each list [P * k]
     # multi-turn episodes (env=...): each greedy row's whole completion, the environment's tokens in [[...]]

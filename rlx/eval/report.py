@@ -44,7 +44,7 @@ def greedy_spread(r) -> dict:
 
 def markdown(report: dict) -> str:
     """One row per eval set: prompts, greedy accuracy (the task's verdict), the benchmark's readings of the
-    greedy completions (rlx.tasks.readings), mean@n, pass@k and maj@k for every k."""
+    greedy completions (rlx.tasks.answers.readings), mean@n, pass@k and maj@k for every k."""
     sets, n, ks = report["sets"], report["sampling"]["n"], report["ks"]
     readings = sorted({k for m in sets.values() for k in m.get("readings", {})})
     head = ["set", "prompts", "greedy acc"] + [f"greedy {r}" for r in readings] + ([f"mean@{n}"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks]

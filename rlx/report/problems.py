@@ -1,5 +1,5 @@
 """Per-problem files of a run's evaluations (RUN/eval/step_N/completions.jsonl, rlx-eval's format), read in the
-three readings of the same greedy completions (rlx.tasks.readings, docs/eval.md): the task's own verdict (`val/acc`,
+three readings of the same greedy completions (rlx.tasks.answers.readings, docs/eval.md): the task's own verdict (`val/acc`,
 the stated-number rule its rewards pay), lm-eval's GSM8K `strict-match` and `flexible-extract`; and one run's start
 (step 0) against its end, paired problem by problem (rlx.eval.paired)."""
 

@@ -5,7 +5,7 @@ side of `stated_answer` are linear-time string operations; math-verify runs in a
 hard time and memory bound (rlx.tasks.verify), since it can hang on short inputs.
 
 `stated_answer` is the benchmark tasks' reward (gsm8k, wordproblems, math; docs/rewards.md): a numeric
-gold must be stated as that number (rlx.tasks.stated), a symbolic gold is checked by math-verify on the
+gold must be stated as that number (rlx.tasks.answers.stated), a symbolic gold is checked by math-verify on the
 final answer. `math_verify` is the earlier reward, kept to reproduce earlier runs: it evaluates
 expressions (`18 - 2` for 16 scores 1), which policies learn to exploit; `rlx-audit` shows it.
 """
@@ -83,10 +83,10 @@ def math_verify_reward(completion: str, example) -> float:
 
 def stated_answer_batch(completions: list[str], examples, loose: bool = True,
                         truncated: list[bool] | None = None) -> list[float]:
-    """`stated_answer` for a batch (rlx.tasks.stated for numeric golds; the rest through math-verify in the
+    """`stated_answer` for a batch (rlx.tasks.answers.stated for numeric golds; the rest through math-verify in the
     verifier's bounded worker pool, after the same refusals of hedges and conflicting answers). `truncated`
     (per completion; None: not known): a completion the token budget stopped is read strictly
-    (rlx.tasks.stated.read_stated)."""
+    (rlx.tasks.answers.stated.read_stated)."""
     from rlx.tasks.answers.stated import numeric_gold, read_stated
     from rlx.tasks.verify import default_verifier, symbolic_refusal
 

@@ -154,7 +154,7 @@ def _flexible_value(text: str) -> Decimal | None:
 
 def answer_value(text: str) -> Decimal | None:
     """The number a completion answers: its stated number (the loose reading; or the number a qualifier bounds,
-    rlx.tasks.stated.answered_value), else lm-eval's flexible-extract number; None without one."""
+    rlx.tasks.answers.stated.answered_value), else lm-eval's flexible-extract number; None without one."""
     value = answered_value(read_stated(text, loose=True))  # `about 16` answers 16 (though it states nothing)
     return value if value is not None else _flexible_value(text)
 
