@@ -91,7 +91,7 @@ def stop_cut(tok, ids: list[int], stops: tuple[str, ...]) -> int | None:
 
 
 def _prompt_ids(tok, prompts: list) -> list[list[int]]:
-    """As the engines read them (rlx.rollout.hf.encode_prompts): text without special tokens, or ids kept."""
+    """As the engines read them (rlx.rollout.base.encode_prompts): text without special tokens, or ids kept."""
     return [list(p) if isinstance(p, (list, tuple)) else tok(p, add_special_tokens=False).input_ids for p in prompts]
 
 

@@ -93,7 +93,7 @@ _DEQUANT_CHUNK_ELEMENTS = 1 << 22
 def dequantize_rows(packed: Tensor, values: Tensor, low_first: bool, scale: Tensor, block: int,
                     dtype: torch.dtype) -> Tensor:
     """[N, K/2] bytes + fp32 [N, K/block] scales -> [N, K] in dtype: dtype(fp32(value * scale)).
-    On CPU it works in chunks of ~4M elements (bounded fp32 temporaries, ~2.5x faster than one pass)."""
+    On CPU it works in chunks of _DEQUANT_CHUNK_ELEMENTS (bounded fp32 temporaries, faster than one pass)."""
     n, k = packed.shape[0], packed.shape[1] * 2
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
     rows = n if packed.is_cuda else max(1, _DEQUANT_CHUNK_ELEMENTS // k)

@@ -158,6 +158,42 @@ def draw_seeds(generator: torch.Generator, n: int) -> list[int]:
     a share of the rows (with the global batch's seeds) sample what one process would."""
     return torch.randint(2**31 - 1, (n,), generator=generator).tolist()
 
+def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and mask (a prompt is text, or a list of token ids kept as is).  # [B, P] each"""
+    enc = [list(p) if isinstance(p, (list, tuple)) else tok(p, add_special_tokens=False).input_ids for p in prompts]
+    P = max(len(e) for e in enc)
+    ids = torch.full((len(enc), P), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(enc), P), dtype=torch.long)
+    for i, e in enumerate(enc):
+        ids[i, P - len(e):] = torch.tensor(e, dtype=torch.long)
+        mask[i, P - len(e):] = 1
+    return ids, mask
+
+
+def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
+    """A completion's text: its masked tokens but the stop ids, special tokens skipped."""
+    toks = [t for t, keep in zip(row.tolist(), m.tolist()) if keep and t not in stop_ids]
+    return tok.decode(toks, skip_special_tokens=True)
+
+
+def sampled_batch(tok, ids: torch.Tensor, mask: torch.Tensor, n: int, rows: list, stop_ids: set[int]) -> RolloutBatch:
+    """The batch of the completions another sampler returned (vLLM in process or a server): `rows`, n per
+    prompt in prompt order, each (token ids, their log-probs, truncated). ids, mask: the prompts [B, P];
+    the caller adds the versions.  # completions [B*n, T]"""
+    N, T = len(rows), max(1, max(len(r[0]) for r in rows))
+    comp = torch.full((N, T), tok.pad_token_id, dtype=torch.long)  # [N, T]
+    cmask = torch.zeros((N, T), dtype=torch.long)
+    logp = torch.zeros((N, T), dtype=torch.float32)
+    for r, (toks, lps, _) in enumerate(rows):
+        comp[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+        cmask[r, : len(toks)] = 1
+        logp[r, : len(toks)] = torch.tensor(lps, dtype=torch.float32)
+    texts = [decode(tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
+    truncated = torch.tensor([bool(r[2]) for r in rows], dtype=torch.bool)
+    group = torch.arange(ids.shape[0]).repeat_interleave(n)
+    return RolloutBatch(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), comp, cmask, logp, truncated,
+                        group, texts, None)
+
 
 class RolloutEngine:
     """Owns a copy of the policy weights and samples from it. Subclasses register in ENGINES."""

@@ -20,7 +20,7 @@ from rlx.models.forward import causal_lm, decoder_forward, position_ids
 from rlx.models.held import held_autocast_weights, held_lm_logits
 from rlx.models.trainable import load_trainable, trainable_state
 from rlx.quant.linear import held_dequantized
-from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, decode, draw_seeds, encode_prompts
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -67,18 +67,6 @@ def _next_token(logits: torch.Tensor, sp: SamplingParams, u: torch.Tensor | None
     return nxt, logp_all, -(logp_all.exp() * logp_all).sum(-1)
 
 
-def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt ids and mask (a prompt is text, or a list of token ids kept as is).  # [B, P] each"""
-    enc = [list(p) if isinstance(p, (list, tuple)) else tok(p, add_special_tokens=False).input_ids for p in prompts]
-    P = max(len(e) for e in enc)
-    ids = torch.full((len(enc), P), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(enc), P), dtype=torch.long)
-    for i, e in enumerate(enc):
-        ids[i, P - len(e):] = torch.tensor(e, dtype=torch.long)
-        mask[i, P - len(e):] = 1
-    return ids, mask
-
-
 STOP_TAIL_SLACK = 8  # tokens decoded before a stop string's length in characters (tokens that decode to nothing)
 
 
@@ -104,11 +92,6 @@ class StopStrings:
                 text = self.tok.decode(row[-self.tail:])
             out.append(a and any(s in text for s in self.stops))
         return out
-
-
-def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
-    toks = [t for t, keep in zip(row.tolist(), m.tolist()) if keep and t not in stop_ids]
-    return tok.decode(toks, skip_special_tokens=True)
 
 
 class HFEngine(RolloutEngine):

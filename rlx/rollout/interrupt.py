@@ -16,8 +16,6 @@ import torch
 
 from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams
 
-SCALERL_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now."
-
 
 def phrase_ids(tok, phrase: str) -> list[int]:
     """The phrase as token ids; refuses a phrase the tokenizer cannot write (unknown tokens)."""

@@ -18,9 +18,8 @@ once (zero-filled, so it is resident). rlx sizes it by one rule, for `rollout=vl
 over MemAvailable). Either way a cache that cannot hold one sequence is refused, naming both numbers,
 before vLLM is built (and, for an explicit size, before any model is built: `check_explicit`).
 
-The cap leaves the other half of the free memory (at least FREE_RESERVE) to the trainer: its update's
-activations come after the engine is built (a 16-row SmolLM2 update peaks ~4 GiB above the model,
-docs/lean.md), and other processes on the machine.
+The cap leaves the other half of the free memory (at least FREE_RESERVE) to the trainer, whose update's
+activations come after the engine is built (docs/lean.md), and to other processes on the machine.
 """
 
 from __future__ import annotations

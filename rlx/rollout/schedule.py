@@ -40,7 +40,6 @@ from rlx.models.trainable import load_trainable, trainable_state
 from rlx.rollout.interrupt import interrupt_and_answer, phrase_ids
 
 
-
 def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int, sampling: SamplingParams,
                     generator: torch.Generator, *, noise=None, step: int = 0, skip=None,
                     metrics: dict | None = None, interrupt: tuple | None = None,

@@ -3,9 +3,8 @@
 Weights. vLLM holds its own copy of the base. `rollout.vllm.sync=merged` (the default for a
 full-precision base): `sync` merges the LoRA adapter into the base on the trainer side
 (W + scale * B A, in fp32, cast to the engine dtype) and reloads the weights in place through
-vLLM's `reload_weights`. Chosen over LoRA adapter requests by measurement (docs/engine.md,
-`python -m benchmarks.vllm_sync`): both syncs take ~20 ms on the tiny model, but merged weights
-sample with vLLM's plain dense kernels, 2.2x faster than with a LoRA request in every forward.
+vLLM's `reload_weights`: merged weights sample with vLLM's plain dense kernels, faster than a LoRA
+request in every forward at the same sync cost (docs/engine.md, `python -m benchmarks.vllm_sync`).
 `sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is how a
 quantized base keeps its packed form (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
 once when the engine starts, and the adapter rides on top; needs a CUDA GPU). `merged` with a
@@ -38,8 +37,7 @@ from pathlib import Path
 import torch
 
 from rlx.run.logging import say
-from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
-from rlx.rollout.hf import decode, encode_prompts
+from rlx.rollout.base import RolloutEngine, SamplingParams, draw_seeds, encode_prompts, sampled_batch
 from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
 from rlx.rollout.vllm_setup import (ENGINE_DTYPES, check_local_vllm, check_whole_prefills, engine_kwargs,
                                     engine_max_model_len, give_detokenizer, import_vllm, sync_mode, vllm_on_cpu)
@@ -189,28 +187,14 @@ class VLLMEngine(RolloutEngine):
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     max_tokens=sampling.max_tokens, stop_token_ids=stop, logprobs=0, **strings,
                     seed=seeds[i * n + j] if sampling.temperature > 0 else None))
-        outs = self._run(requests, params)
-        N = len(outs)
-        T = max(1, max(len(o.outputs[0].token_ids) for o in outs))
-        comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)  # [N, T]
-        cmask = torch.zeros((N, T), dtype=torch.long)
-        logp = torch.zeros((N, T), dtype=torch.float32)
-        tver = torch.full((N, T), -1, dtype=torch.long)
-        truncated = torch.zeros(N, dtype=torch.bool)
-        for r, o in enumerate(outs):
-            c = o.outputs[0]
-            toks = list(c.token_ids)
-            comp[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-            cmask[r, : len(toks)] = 1
-            logp[r, : len(toks)] = torch.tensor([lp[t].logprob for lp, t in zip(c.logprobs, toks)])
+        outs = [o.outputs[0] for o in self._run(requests, params)]
+        batch = sampled_batch(self.tok, ids, mask, n, [(list(c.token_ids), [lp[t].logprob for lp, t in zip(
+            c.logprobs, c.token_ids)], c.finish_reason == "length") for c in outs], set(stop))
+        tver = torch.full_like(batch.completion_ids, -1)  # [N, T]
+        for r, c in enumerate(outs):
             for span in c.weight_versions or []:  # vLLM's record of the weights that sampled each token
                 tver[r, span.start: span.end] = int(span.version)
-            truncated[r] = c.finish_reason == "length"
-        stop_ids = set(stop)
-        texts = [decode(self.tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
-        group = torch.arange(len(prompts)).repeat_interleave(n)
-        batch = RolloutBatch(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), comp, cmask, logp,
-                             truncated, group, texts, None, token_version=tver)
+        batch.token_version = tver
         batch.version = tver[:, 0].clone()  # versions only grow along a row: the first token's is the oldest
         return batch
 

@@ -4,16 +4,14 @@ platform, and the keywords of `vllm.LLM`."""
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 import torch
 
 from rlx.models import head_dim
 from rlx.run.device import rank_device
 from rlx.rollout.config import enforce_eager
-from rlx.rollout.kv_sizing import check_explicit
+from rlx.rollout.kv_sizing import check_explicit, model_config
 
 ENGINE_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 # CPU: every prefill in one step. vLLM samples a token for every scheduled request and, for a request
@@ -136,7 +134,7 @@ def check_whole_prefills(sched) -> None:
 
 def engine_max_model_len(vllm_cfg, base_dir, max_len: int | None) -> int:
     """rollout.vllm.max_model_len, or (0) the run's longest sequence capped by the model's positions."""
-    limit = int(json.loads((Path(base_dir) / "config.json").read_text()).get("max_position_embeddings", 2048))
+    limit = int(model_config(base_dir).get("max_position_embeddings", 2048))
     return int(vllm_cfg.max_model_len) or min(limit, max_len or limit)
 
 
@@ -160,7 +158,6 @@ def lora_slot(r: int) -> int:
         if r <= slot:
             return slot
     raise ValueError(f"model.lora.r={r}: vLLM serves LoRA ranks up to 512")
-
 
 
 def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) -> str:

@@ -62,8 +62,8 @@ def full_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 def repack_tied_head(model) -> None:
     """vLLM's CPU backend packs the LM head's weight for its GEMM when the model loads, and an in-place
     reload repacks the layers it loads. A tied head is not one of them (its weight is the embedding's,
-    `lm_head.*` is skipped), so after a full-weight sync it sampled with the base's head (SmolLM2: the
-    trainer-vs-vLLM log-prob gap grew from 5e-6 to 5e-3 in 5 steps). Repack it from the new embedding."""
+    `lm_head.*` is skipped), so after a full-weight sync it sampled with the base's head (docs/models.md,
+    "Engines"). Repack it from the new embedding."""
     head = getattr(model, "lm_head", None)
     if head is not None and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
         head.quant_method.process_weights_after_loading(head)

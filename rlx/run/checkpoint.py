@@ -13,15 +13,12 @@ Saving (`Checkpointer.save`):
   * writes everything into a temp dir, the manifest last, fsyncs, then renames it to `step_N`.
 
 Loading (`Checkpointer.load`) verifies the manifest before it reads anything (a missing file, a size or
-sha256 mismatch raises `CorruptCheckpointError` naming the file), then reads `trainer_state.pt` with
-`torch.load(weights_only=True, map_location="cpu")` (a GPU run's checkpoint reads on any machine): the trainer state holds only tensors and plain containers. numpy
-arrays (numpy's RNG state, any task state) are stored as tensors (`encode_state` / `decode_state`);
-anything else is refused at save time, naming where in the state it sits, so a checkpoint that could not
-be loaded safely is never written. A pickle that would run code is refused at load time.
-
-`Checkpointer.load_latest` (used by `rlx.run.resume.Resumable.restore`) tries the checkpoints newest first, logs each
-bad one (which file, why) and resumes from the newest intact one; if every checkpoint is bad it raises
-`CheckpointError` listing them all -- it never starts from scratch over existing checkpoints.
+sha256 mismatch raises `CorruptCheckpointError` naming the file), then reads `trainer_state.pt` through
+torch's safe unpickler (`read_state`): the state holds only tensors and plain containers, numpy arrays
+stored as tensors (`encode_state`), anything else refused at save time, so a checkpoint that could not be
+loaded safely is never written. `load_latest` (rlx.run.resume) resumes from the newest intact checkpoint,
+logging each bad one, and raises `CheckpointError` listing them all when none is: it never starts from
+scratch over existing checkpoints.
 
 Checkpoints without `manifest.json` (written before checksums, or half copied) are refused: nothing in
 them can be verified, and nothing converts them (docs/runs.md).

@@ -31,8 +31,7 @@ import torch
 
 from rlx.models.forward import token_logprobs
 from rlx.run.logging import say
-from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds
-from rlx.rollout.hf import decode, encode_prompts
+from rlx.rollout.base import RolloutBatch, RolloutEngine, SamplingParams, draw_seeds, encode_prompts, sampled_batch
 from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
 from rlx.rollout.config import enforce_eager
 from rlx.rollout.server.placement import check_machine, gpu_share, tensor_parallel
@@ -262,24 +261,11 @@ class VLLMServerEngine(RolloutEngine):
                 self.pool.release(server)
 
     def _batch(self, ids, mask, outs: list[dict], n: int, stop_ids: set[int]) -> RolloutBatch:
-        N = len(outs)
-        T = max(1, max(len(o["token_ids"]) for o in outs))
-        comp = torch.full((N, T), self.tok.pad_token_id, dtype=torch.long)  # [N, T]
-        cmask = torch.zeros((N, T), dtype=torch.long)
-        logp = torch.zeros((N, T), dtype=torch.float32)
-        truncated = torch.zeros(N, dtype=torch.bool)
-        for r, o in enumerate(outs):
-            toks = o["token_ids"]
-            comp[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-            cmask[r, : len(toks)] = 1
-            logp[r, : len(toks)] = torch.tensor(o["logprobs"]["token_logprobs"], dtype=torch.float32)
-            truncated[r] = o["finish_reason"] == "length"
-        texts = [decode(self.tok, row, m, stop_ids) for row, m in zip(comp, cmask)]
-        group = torch.arange(ids.shape[0]).repeat_interleave(n)
-        tver = torch.where(cmask.bool(), self.version, -1)  # [N, T] the adapter each request named
-        batch = RolloutBatch(ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0), comp, cmask, logp,
-                             truncated, group, texts, None, token_version=tver)
-        batch.version = torch.full((N,), self.version, dtype=torch.long)
+        batch = sampled_batch(self.tok, ids, mask, n, [(o["token_ids"], o["logprobs"]["token_logprobs"],
+                                                        o["finish_reason"] == "length") for o in outs], stop_ids)
+        # [N, T] the adapter each request named
+        batch.token_version = torch.where(batch.completion_mask.bool(), self.version, -1)
+        batch.version = torch.full((len(outs),), self.version, dtype=torch.long)
         return batch
 
     def close(self) -> None:
