@@ -8,49 +8,25 @@ The model calls the tool by writing `<tool_call>{"name": "calculate", "arguments
 </tool_call>` (the Hermes/Qwen convention that the chat template above teaches it and rlx's client reads);
 the environment runs `calculate` and answers with its result, and the episode goes on until the model
 replies without a tool call (or a budget ends it). The problems are rlx's generated word problems
-(rlx.tasks.wordproblems.make_problem); the calculator, the rows, the parser and the rubric are this file's own.
+(rlx.tasks.wordproblems.make_problem); the calculator (arith_eval.py beside this file), the rows, the parser
+and the rubric are the example's own.
 ToolEnv adds its own metrics (total_tool_calls, calculate_calls: weight 0).
 """
 
 from __future__ import annotations
 
-import ast
-import operator
 import random
 import re
-from fractions import Fraction
 
 import verifiers as vf
 from datasets import Dataset
 
+from arith_eval import evaluate  # the calculator beside this file (no eval)
 from rlx.tasks.wordproblems import make_problem
 
 SYSTEM = ("Solve the problem. You may call the calculate tool for arithmetic. "
           "End your final reply with '#### N', N the answer.")
 _STATED = re.compile(r"####\s*(-?\d[\d,]*(?:\.\d+)?)")
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-MAX_CHARS, MAX_DEPTH, MAX_ABS = 200, 32, 10**15
-
-
-def _value(node: ast.AST, depth: int = 0) -> Fraction:
-    """An arithmetic expression tree's exact value: numbers, + - * /, signs and parentheses only."""
-    if depth > MAX_DEPTH:
-        raise ValueError("the expression is nested too deeply")
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        out = Fraction(str(node.value))  # a decimal as written (0.1 is 1/10)
-    elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _value(node.left, depth + 1), _value(node.right, depth + 1)
-        if isinstance(node.op, ast.Div) and right == 0:
-            raise ValueError("division by zero")
-        out = _BINARY[type(node.op)](left, right)
-    elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        out = _UNARY[type(node.op)](_value(node.operand, depth + 1))
-    else:
-        raise ValueError(f"only numbers, + - * / and parentheses are allowed, not {type(getattr(node, 'op', node)).__name__}")
-    if abs(out) >= MAX_ABS:
-        raise ValueError("a value is too large")
-    return out
 
 
 def calculate(expression: str) -> str:
@@ -62,14 +38,7 @@ def calculate(expression: str) -> str:
     Returns:
         The value, as a whole number or a decimal rounded to 6 places.
     """
-    if len(expression) > MAX_CHARS:
-        raise ValueError(f"the expression is longer than {MAX_CHARS} characters")
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")  # parsed only, never evaluated by Python
-    except SyntaxError:
-        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
-    value = _value(tree.body)
-    return str(value.numerator) if value.denominator == 1 else f"{float(value):.6f}".rstrip("0")
+    return evaluate(expression)
 
 
 def stated_number(text: str) -> str | None:

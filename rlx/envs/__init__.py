@@ -42,13 +42,14 @@ def wrap_engine(cfg, engine, tok):
     return EnvEngine(engine, make_env, Budget.from_config(as_config(cfg)))
 
 
-def env_task(cfg, seed: int = 0):
-    """The task an environment brings with it (env=verifiers: its dataset and rubric), None when the
-    task group's task is the run's (every other environment). `cfg` is the env group."""
+def env_task(cfg, seed: int = 0, task_cfg=None):
+    """The task an environment brings with it (env=verifiers: its dataset and rubric; env=trl: the task group's
+    task `task_cfg` builds, its prompts rendered with the tool schemas), None when the task group's task is the
+    run's (every other environment). `cfg` is the env group."""
     cfg = as_config(cfg)
     if cfg.name == "none" or not hasattr(env_class(cfg.name), "task"):
         return None
-    return env_class(cfg.name).task(cfg, seed)
+    return env_class(cfg.name).task(cfg, seed, task_cfg)
 
 
 def instructions(cfg) -> str:

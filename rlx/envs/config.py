@@ -44,7 +44,7 @@ class EnvConfig:
     whole episode's completion: every policy turn and every environment reply together."""
 
     name: str = field(default="none", metadata={
-        "help": "none | calculator: the environment that answers the policy's turns (docs/envs.md)"})
+        "help": "none | calculator | verifiers | trl: the environment that answers the policy's turns (docs/envs.md)"})
     max_turns: int = field(default=4, metadata={"help": "policy turns per episode at most (each tool call costs one)"})
     turn_tokens: int = field(default=0, metadata={
         "help": "tokens of one policy turn at most; 0 = what is left of the episode's budget (rollout.max_new_tokens)"})
@@ -65,6 +65,10 @@ class EnvConfig:
     args: Any = field(default=None, metadata={
         "help": "env=verifiers: keyword arguments of the environment's load_environment, a mapping "
                 "('env.args={n_train: 500}')"})
+    # env=trl (rlx.envs.ecosystem.trl_env): a TRL-style environment class on the task group's prompts
+    factory: Optional[str] = field(default=None, metadata={
+        "help": "env=trl: the environment class (TRL's environment_factory), 'pkg.module:Class', 'pkg.module.Class' "
+                "or 'path/to/file.py:Class'"})
     reward_timeout_s: float = field(default=60.0, metadata={
         "help": "env=verifiers: seconds the rubric may take on one prompt's episodes (in a worker killed past it: "
                 "they score 0, counted in train/reward_timeouts)"})
@@ -78,6 +82,9 @@ class EnvConfig:
         if self.name == "verifiers" and not self.id:
             raise ValueError("env=verifiers needs env.id: the environment's module name, or a path to its .py file "
                              "or folder")
+        if self.name == "trl" and not self.factory:
+            raise ValueError("env=trl needs env.factory: the environment class, 'pkg.module:Class' or "
+                             "'path/to/file.py:Class'")
         if self.args is not None and not isinstance(self.args, dict):
             raise ValueError(f"env.args must be a mapping of load_environment's keyword arguments, got {self.args!r}")
         if not self.reward_timeout_s > 0:

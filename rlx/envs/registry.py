@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 
 ENVIRONMENTS = {"calculator": "rlx.envs.calculator:CalculatorEnv",
+                "trl": "rlx.envs.ecosystem.trl_env:Trl",  # env.factory: docs/envs.md
                 "verifiers": "rlx.envs.ecosystem.vf_engine:Verifiers"}  # env.id / env.args: docs/envs.md
 
 

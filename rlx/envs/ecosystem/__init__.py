@@ -11,5 +11,11 @@
                RolloutBatch (tokens between calls `forced`, outside the loss)
     tool_calls Hermes/Qwen `<tool_call>` JSON in a reply -> OpenAI tool calls (what vf.ToolEnv reads)
 
+`env=trl` (a TRL-style environment class: reset, public methods as tools, get_reward):
+
+    trl_env    loads env.factory, lists the tools and their schemas, runs an episode; TrlEngine
+    trl_task   TrlTask: the task group's task, its prompts rendered with the tool schemas
+
+Both drive their episodes through chat_engine.ChatEngine (concurrent episodes, rlx's client per episode).
 Nothing here imports `verifiers` at module level: it is an optional dependency (the `envs` extra).
 """

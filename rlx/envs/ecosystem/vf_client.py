@@ -93,6 +93,8 @@ class Waves:
         try:
             out = self.engine.generate([c.ids for c in calls], 1, sp, self.generator, seeds=[c.seed for c in calls])
         except Exception as e:  # noqa: BLE001  (each episode's client records it; the engine raises it after the wave)
+            if isinstance(e, StopIteration):  # a future refuses it, and the wave's other episodes would wait forever
+                e = RuntimeError(f"the engine raised StopIteration: {e!r}")
             for c in calls:
                 c.future.set_exception(e)
             return

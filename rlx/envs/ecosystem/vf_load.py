@@ -31,33 +31,35 @@ def load(env_id: str, args: dict | None = None):
     args = dict(args or {})
     key = (str(env_id), json.dumps(args, sort_keys=True, default=str))
     if key not in _LOADED:
-        _LOADED[key] = _checked(_module(str(env_id)), env_id, args)
+        _LOADED[key] = _checked(import_module(str(env_id)), env_id, args)
     return _LOADED[key]
 
 
-def _module(env_id: str):
+def import_module(env_id: str, key: str = "env.id"):
+    """The module `env_id` names (a module name, a .py file or a folder; see the module docstring); `key` is
+    the config key a refusal names."""
     path = Path(env_id).expanduser()
     if env_id.endswith(".py") or path.exists():
-        return _from_path(path.resolve(), env_id)
+        return _from_path(path.resolve(), env_id, key)
     try:
         return importlib.import_module(env_id.replace("-", "_"))
     except ImportError as e:
-        raise ValueError(f"env.id={env_id!r}: no such file or folder, and no importable module of that name ({e}); "
+        raise ValueError(f"{key}={env_id!r}: no such file or folder, and no importable module of that name ({e}); "
                          f"give a module on the Python path or a path to a .py file or an environment's "
                          f"folder") from None
 
 
-def _from_path(path: Path, env_id: str):
+def _from_path(path: Path, env_id: str, key: str):
     if path.is_dir():
         candidates = [path / "__init__.py", path / f"{path.name.replace('-', '_')}.py"]
         file = next((c for c in candidates if c.is_file()), None)
         if file is None:
-            raise ValueError(f"env.id={env_id!r}: the folder holds neither {candidates[0].name} nor "
+            raise ValueError(f"{key}={env_id!r}: the folder holds neither {candidates[0].name} nor "
                              f"{candidates[1].name}")
     elif path.is_file():
         file = path
     else:
-        raise ValueError(f"env.id={env_id!r}: no such file ({path})")
+        raise ValueError(f"{key}={env_id!r}: no such file ({path})")
     digest = hashlib.sha1(str(file).encode()).hexdigest()[:10]
     name = f"rlx_vf_{file.parent.name if file.name == '__init__.py' else file.stem}_{digest}".replace("-", "_")
     if name in sys.modules:
