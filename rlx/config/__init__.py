@@ -30,10 +30,8 @@ from rlx.tasks.config import TaskConfig
 
 @dataclass
 class RLXConfig:
-    seed: int = field(
-        default=0,
-        metadata={"help": "run seed: LoRA init, sampling, data order (the SFT base has its own model.sft.seed)"},
-    )
+    seed: int = field(default=0, metadata={
+        "help": "run seed: LoRA init, sampling, data order (the SFT base has its own model.sft.seed)"})
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -46,14 +44,9 @@ class RLXConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    paper: Any = field(
-        default=None,
-        metadata={"help": "free-form notes carried by paper-scale experiment files"},
-    )
-    report: Any = field(
-        default=None,
-        metadata={"help": "the report a sweep or experiment file declares (rlx.report.spec); training ignores it"},
-    )
+    paper: Any = field(default=None, metadata={"help": "free-form notes carried by paper-scale experiment files"})
+    report: Any = field(default=None, metadata={
+        "help": "the report a sweep or experiment file declares (rlx.report.spec); training ignores it"})
 
 
 FREE_FORM = {"paper", "report"}  # top-level keys whose contents the schema does not describe
