@@ -38,7 +38,7 @@ from rlx.algo.data_parallel import DataParallel
 from rlx.config import register_configs
 from rlx.config.limits import check_fits
 from rlx.config.preflight import check
-from rlx.envs import check_env, instruction_tokens, wrap_engine
+from rlx.envs import check_env, env_task, instruction_tokens, wrap_engine
 from rlx.eval.evaluate import Evaluator
 from rlx.extrapolation import build_extrapolator
 from rlx.models import base_dir, build_policy, count_params, reference_policy
@@ -165,7 +165,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
         raise ValueError(f"train.resume=never but {ckpt.root} holds checkpoints {ckpt.steps()}: starting over "
                          f"would overwrite them. Use a new hydra.run.dir, or move the old ckpt/ aside")
     seed_everything(cfg.seed)
-    task = build_task(cfg.task)
+    task = env_task(cfg.env, cfg.seed, cfg.task) or build_task(cfg.task)  # env=verifiers/trl bring their own
     check_fits(cfg, task)  # the tiny model's context holds prompt + completion (needs the task's prompts)
     check_env(cfg, task)  # ... and an environment's instructions and episode budget
     task.set_seed(cfg.seed)
@@ -339,7 +339,7 @@ def _warmup(s: int, warm: int) -> float:
 
 
 def _readings_text(m: dict) -> str:
-    """The benchmark's readings beside the task's verdict (rlx.tasks.readings): ' (strict-match 0.010, ...)'."""
+    """The benchmark's readings beside the task's verdict (rlx.tasks.answers.readings): ' (strict-match 0.01, ...)'."""
     from rlx.tasks.answers.readings import READINGS
 
     found = [f"{r} {m[f'val/{r}']:.3f}" for r in READINGS if f"val/{r}" in m]

@@ -60,8 +60,10 @@ def build(cfg, src: Source, trainer):
     from rlx.rollout import build_engine, max_sequence_len
     from rlx.tasks import build_task
 
+    from rlx.envs import env_task
+
     seed_everything(cfg.seed)
-    task = build_task(cfg.task)
+    task = env_task(cfg.env, cfg.seed, cfg.task) or build_task(cfg.task)  # env=verifiers: its eval dataset
     task.set_seed(cfg.seed)
     policy, tok = build_policy(cfg, task, say, trainer.device)
     seed_everything(cfg.seed)

@@ -17,7 +17,7 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> None:
-    from rlx.envs import check_env, instruction_tokens, wrap_engine
+    from rlx.envs import check_env, env_task, instruction_tokens, wrap_engine
     from rlx.envs.driver import run_episodes
     from rlx.envs.engine import episode_metrics, transcript
     from rlx.eval.source import base_config
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = base_config(args.overrides)
     trainer = check(cfg)
     check_env(cfg)
-    task = build_task(cfg.task)
+    task = env_task(cfg.env, cfg.seed, cfg.task) or build_task(cfg.task)
     task.set_seed(cfg.seed)
     check_env(cfg, task)
     policy, tok = build_policy(cfg, task, device=trainer.device)

@@ -204,7 +204,6 @@ def test_one_training_step_on_a_trl_environment(tmp_path, monkeypatch):
     sampled tokens only and the trainer's log-probs are the engine's."""
     import rlx.train
     from rlx.algo.policy_update import Update
-    from rlx.envs import env_task
     from rlx.envs.ecosystem.trl_env import Trl
     from tests.conftest import TINY, compose, read_metrics
 
@@ -214,8 +213,6 @@ def test_one_training_step_on_a_trl_environment(tmp_path, monkeypatch):
                                  "rollout.prompts_per_step=2", "rollout.group_size=2", "model.sft.steps=5",
                                  f"model.cache_dir={tmp_path / 'cache'}"])
     cfg.model.chat_template = TEMPLATE
-    # until rlx.train asks rlx.envs.env_task for an environment's own task (docs/envs.md)
-    monkeypatch.setattr(rlx.train, "build_task", lambda task_cfg: env_task(cfg.env, cfg.seed, task_cfg))
     wrap, scripts = Trl.wrap, {}
 
     def forced(c, engine, tok):

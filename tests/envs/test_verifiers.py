@@ -139,7 +139,6 @@ def test_one_training_step_on_a_verifiers_environment(tmp_path, monkeypatch, env
     the update's loss is on sampled tokens only and the trainer's log-probs are the engine's."""
     import rlx.train
     from rlx.algo.policy_update import Update
-    from rlx.envs import env_task
     from tests.conftest import TINY, compose, read_metrics
 
     cfg = compose(TINY + ["env=verifiers", f"env.id={env_id}", "rollout.max_new_tokens=64", "env.turn_tokens=8",
@@ -149,8 +148,6 @@ def test_one_training_step_on_a_verifiers_environment(tmp_path, monkeypatch, env
                           "rollout.max_staleness=1"])
     cfg.env.args = args
     cfg.model.chat_template = TEMPLATE
-    # until rlx.train asks rlx.envs.env_task for an environment's own task (docs/envs.md)
-    monkeypatch.setattr(rlx.train, "build_task", lambda task_cfg: env_task(cfg.env, cfg.seed))
     seen, prepare = [], Update.prepare
 
     def spy(self, batch, rewards, dp):

@@ -148,7 +148,6 @@ def test_one_training_step_on_the_tool_environment(tmp_path, monkeypatch):
     log-probs are the engine's."""
     import rlx.train
     from rlx.algo.policy_update import Update
-    from rlx.envs import env_task
     from rlx.envs.ecosystem.vf_engine import Verifiers
     from tests.conftest import TINY, compose, read_metrics
 
@@ -158,8 +157,6 @@ def test_one_training_step_on_the_tool_environment(tmp_path, monkeypatch):
                           "rollout.group_size=2", "model.sft.steps=5", f"model.cache_dir={tmp_path / 'cache'}"])
     cfg.env.args = ARGS
     cfg.model.chat_template = TEMPLATE
-    # until rlx.train asks rlx.envs.env_task for an environment's own task (docs/envs.md)
-    monkeypatch.setattr(rlx.train, "build_task", lambda task_cfg: env_task(cfg.env, cfg.seed))
     wrap = Verifiers.wrap
     monkeypatch.setattr(Verifiers, "wrap", staticmethod(lambda c, engine, tok: wrap(c, ForceToolCall(engine, tok, script),
                                                                                       tok)))
