@@ -82,3 +82,17 @@ class ForceToolCall:
         truncated = torch.tensor([bool(out.truncated[j]) if s is None else False for j, s in enumerate(scripted)])
         return RolloutBatch(out.prompt_ids, out.prompt_mask, comp, cmask, logp, truncated, out.group, texts, None,
                             version=version, token_version=tver)
+
+
+def tool_policy_engine(path, template: str):
+    """A generator for a module fixture: (hf engine, policy, tok) over the tiny policy with '{' and '}' in its
+    vocabulary and `template` as its chat template; the engine closes after the module."""
+    from tests.rollout.conftest import make_engine
+    from tests.tiny import tiny_policy
+
+    with braces():
+        policy, tok = tiny_policy(path)
+    tok.chat_template = template
+    engine = make_engine("hf", policy, tok, path)
+    yield engine, policy, tok
+    engine.close()

@@ -80,3 +80,28 @@ class TokenRewardEnv(EchoEnv):
         s = super().step(action_ids)
         s.reward, s.done = 0.25 * len(action_ids), self.turns == 2
         return s
+
+
+def lazy_engines(path, template: str | None = None):
+    """A generator for a module fixture: get(name) -> (engine, policy, tok) over one tiny policy (chat template
+    `template` when given), each engine built on first use (vLLM skipped where it is not installed)."""
+    import pytest
+
+    from tests.rollout.conftest import make_engine
+    from tests.tiny import tiny_policy
+
+    policy, tok = tiny_policy(path)
+    if template is not None:
+        tok.chat_template = template
+    built: dict = {}
+
+    def get(name):
+        if name not in built:
+            if name == "vllm":
+                pytest.importorskip("vllm")
+            built[name] = (make_engine(name, policy, tok, path), policy, tok)
+        return built[name]
+
+    yield get
+    for engine, _, _ in built.values():
+        engine.close()

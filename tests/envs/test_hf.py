@@ -15,9 +15,8 @@ from rlx.envs.driver import Budget, run_episodes
 from rlx.envs.format import TurnFormat
 from rlx.models.forward import token_logprobs
 from rlx.rollout import SamplingParams
-from tests.envs.helpers import EchoEnv
-from tests.rollout.conftest import engine_params, make_engine
-from tests.tiny import tiny_policy
+from tests.envs.helpers import EchoEnv, lazy_engines
+from tests.rollout.conftest import engine_params
 
 PROMPTS = ["3+4=", "12-5=", "hello", "(2+3)*4="]
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| in fp32 (tests/rollout/test_conformance.py)
@@ -26,20 +25,7 @@ FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| in fp32 (tests/
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     """{engine name: (engine, policy, tok)} over one tiny policy, each engine built on first use."""
-    path = tmp_path_factory.mktemp("tiny_policy")
-    policy, tok = tiny_policy(path)
-    built: dict = {}
-
-    def get(name):
-        if name not in built:
-            if name == "vllm":
-                pytest.importorskip("vllm")
-            built[name] = (make_engine(name, policy, tok, path), policy, tok)
-        return built[name]
-
-    yield get
-    for engine, _, _ in built.values():
-        engine.close()
+    yield from lazy_engines(tmp_path_factory.mktemp("tiny_policy"))
 
 
 @pytest.fixture

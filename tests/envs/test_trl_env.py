@@ -16,7 +16,7 @@ from rlx.envs.ecosystem.trl_env import TrlEngine, load_factory, make_env, tool_m
 from rlx.envs.ecosystem.trl_task import TrlTask
 from rlx.models.forward import token_logprobs
 from rlx.rollout import SamplingParams
-from tests.envs.forced_tools import ForceToolCall, braces, tool_call_text
+from tests.envs.forced_tools import ForceToolCall, braces, tool_call_text, tool_policy_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 CALC = f"{ROOT / 'examples' / 'envs' / 'calculator_trl.py'}:WordProblemCalculator"
@@ -148,16 +148,7 @@ def test_an_engine_failure_reaches_every_episode_of_its_wave():
 @pytest.fixture(scope="module")
 def tool_policy(tmp_path_factory):
     """(hf engine, policy, tok): the tiny policy with '{' and '}' in its vocabulary and TEMPLATE as its template."""
-    from tests.rollout.conftest import make_engine
-    from tests.tiny import tiny_policy
-
-    path = tmp_path_factory.mktemp("trl_policy")
-    with braces():
-        policy, tok = tiny_policy(path)
-    tok.chat_template = TEMPLATE
-    engine = make_engine("hf", policy, tok, path)
-    yield engine, policy, tok
-    engine.close()
+    yield from tool_policy_engine(tmp_path_factory.mktemp("trl_policy"), TEMPLATE)
 
 
 def submit_script(task):

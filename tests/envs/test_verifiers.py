@@ -17,8 +17,7 @@ from rlx.envs.ecosystem.vf_engine import VerifiersEngine  # noqa: E402
 from rlx.envs.ecosystem.vf_load import load, render, rows  # noqa: E402
 from rlx.models.forward import token_logprobs  # noqa: E402
 from rlx.rollout import SamplingParams  # noqa: E402
-from tests.rollout.conftest import make_engine  # noqa: E402
-from tests.tiny import tiny_policy  # noqa: E402
+from tests.envs.helpers import lazy_engines  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ARITH = str(HERE / "vf_arith_env.py")  # loaded by path, as a user's environment file
@@ -31,23 +30,8 @@ FP32_MAX = 2e-3  # per-token |trainer - engine| in fp32 (tests/envs/test_hf.py)
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    """{engine name: (engine, policy, tok)} over one tiny policy, the tokenizer given a chat template; each engine
-    built on first use (vLLM skipped where it is not installed)."""
-    path = tmp_path_factory.mktemp("vf_policy")
-    policy, tok = tiny_policy(path)
-    tok.chat_template = TEMPLATE
-    built: dict = {}
-
-    def get(name):
-        if name not in built:
-            if name == "vllm":
-                pytest.importorskip("vllm")
-            built[name] = (make_engine(name, policy, tok, path), policy, tok)
-        return built[name]
-
-    yield get
-    for engine, _, _ in built.values():
-        engine.close()
+    """{engine name: (engine, policy, tok)} over one tiny policy with TEMPLATE as its chat template, each built on first use."""
+    yield from lazy_engines(tmp_path_factory.mktemp("vf_policy"), TEMPLATE)
 
 
 @pytest.fixture

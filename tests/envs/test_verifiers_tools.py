@@ -19,7 +19,7 @@ from rlx.envs.ecosystem.vf_engine import VerifiersEngine  # noqa: E402
 from rlx.envs.ecosystem.vf_load import load, render, rows  # noqa: E402
 from rlx.models.forward import token_logprobs  # noqa: E402
 from rlx.rollout import SamplingParams  # noqa: E402
-from tests.envs.forced_tools import ForceToolCall, braces, tool_call_text  # noqa: E402
+from tests.envs.forced_tools import ForceToolCall, braces, tool_call_text, tool_policy_engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CALC = str(ROOT / "examples" / "envs" / "calculator_vf.py")
@@ -91,16 +91,7 @@ def test_model_chat_template_is_a_template_or_a_file(tmp_path):
 @pytest.fixture(scope="module")
 def tool_policy(tmp_path_factory):
     """(hf engine, policy, tok): the tiny policy with '{' and '}' in its vocabulary and TEMPLATE as its template."""
-    from tests.rollout.conftest import make_engine
-    from tests.tiny import tiny_policy
-
-    path = tmp_path_factory.mktemp("vf_tools_policy")
-    with braces():
-        policy, tok = tiny_policy(path)
-    tok.chat_template = TEMPLATE
-    engine = make_engine("hf", policy, tok, path)
-    yield engine, policy, tok
-    engine.close()
+    yield from tool_policy_engine(tmp_path_factory.mktemp("vf_tools_policy"), TEMPLATE)
 
 
 def test_a_tool_call_reaches_the_tool_and_its_result_is_forced_context(tool_policy):
