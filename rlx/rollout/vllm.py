@@ -39,8 +39,9 @@ import torch
 from rlx.run.logging import say
 from rlx.rollout.base import RolloutEngine, SamplingParams, draw_seeds, encode_prompts, sampled_batch
 from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
+from rlx.rollout import vllm_setup  # vllm_on_cpu through the module: a test's stub of it must not stick
 from rlx.rollout.vllm_setup import (ENGINE_DTYPES, check_local_vllm, check_whole_prefills, engine_kwargs,
-                                    engine_max_model_len, give_detokenizer, import_vllm, sync_mode, vllm_on_cpu)
+                                    engine_max_model_len, give_detokenizer, import_vllm, sync_mode)
 from rlx.rollout.vllm_weights import adapter_rank, full_state_dict, merged_state_dict, repack_tied_head
 
 
@@ -63,7 +64,7 @@ class VLLMEngine(RolloutEngine):
                              "use rollout=hf for an fp32 head with bf16, or trainer.dtype=fp32 (vLLM's head is fp32 then)")
         if base_dir is None:
             raise ValueError("rollout=vllm needs the base model directory (config.json) to build the engine")
-        self.tok, self.cfg, self.dtype, self.on_cpu = tokenizer, cfg, trainer.dtype, vllm_on_cpu()
+        self.tok, self.cfg, self.dtype, self.on_cpu = tokenizer, cfg, trainer.dtype, vllm_setup.vllm_on_cpu()
         max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
         self.mode = sync_mode(cfg.vllm.sync, quant_format, lora=hasattr(policy, "peft_config"), on_cpu=self.on_cpu)
         self._tmp = tempfile.mkdtemp(prefix="rlx-vllm-")  # adapters (and a quantized export) live here

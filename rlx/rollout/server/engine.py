@@ -36,7 +36,8 @@ from rlx.rollout.kv_sizing import DTYPE_BYTES, plan_for_engine
 from rlx.rollout.config import enforce_eager
 from rlx.rollout.server.placement import check_machine, gpu_share, tensor_parallel
 from rlx.rollout.server.pool import ServerError, ServerPool, server_command
-from rlx.rollout.vllm_setup import check_local_vllm, engine_max_model_len, lora_slot, sync_mode, vllm_on_cpu
+from rlx.rollout import vllm_setup  # vllm_on_cpu through the module: a test's stub of it must not stick
+from rlx.rollout.vllm_setup import check_local_vllm, engine_max_model_len, lora_slot, sync_mode
 from rlx.rollout.vllm_weights import full_state_dict, merged_state_dict
 
 # the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
@@ -92,7 +93,7 @@ class VLLMServerEngine(RolloutEngine):
                                                                      for a in policy.peft_config))
             dtype = "bfloat16" if self.dtype == torch.bfloat16 else "float32"
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
-            on_cpu = vllm_on_cpu()  # local servers run this machine's vLLM build
+            on_cpu = vllm_setup.vllm_on_cpu()  # local servers run this machine's vLLM build
             if on_cpu:
                 # each local server's KV cache by the colocated engine's rule, the batch and the free memory
                 # shared among the servers (rlx.rollout.kv_sizing); an explicit rollout.vllm.kv_cache_gb is per server
