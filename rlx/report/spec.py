@@ -138,12 +138,14 @@ def find(jobs: list[Run], name: str | None = None, spec_file: Path | None = None
         carried = [j.config.get("report") for j in jobs if j.config.get("report")]
         if carried and groups and len(groups) == 1 and all(c == carried[0] for c in carried):
             return groups[0], carried[0]
-        known = [g for g in groups if declared_file(g) is not None and g in available()]
+    names = available()  # reads every sweep and experiment file once
+    if name is None:
+        known = [g for g in groups if g in names]
         if len(known) != 1:
             raise ValueError(f"cannot tell the runs' report from logger.group ({groups or 'unset'}); pass --layout, "
-                             f"one of {', '.join(available())}, or --spec FILE")
+                             f"one of {', '.join(names)}, or --spec FILE")
         name = known[0]
+    if name not in names:
+        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(names)}")
     path = declared_file(name)
-    if path is None or name not in available():
-        raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(available())}")
     return name, block_in(path)
