@@ -1,20 +1,8 @@
 """Which known reward hacks a reward set pays for, checked before (and without) any model; the command is
-rlx-audit (rlx.eval.audit, above the config it composes).
-
-The config is composed from conf/ with Hydra overrides exactly as `rlx.train` composes it (`task=gsm8k
-task.train_path=... task.rewards={math_verify: 1.0}`), the task is built with `build_task` (its registered
-rewards and import-path functions, in their bounded workers), and for each of the first `--n` audited
-examples (held-out split first, then training) every hack class (rlx.tasks.hacks) builds completions whose
-"hacked" content targets that example's gold answer. Every completion is scored through `Task.score` /
-`Task.total_reward` / `Task.passed`, the functions training calls.
-
-PAID: a class is paid when, on any audited example, one of its completions gets a larger total reward than
-every honest WRONG answer to that example (w written in each of the task's answer forms: its gold solution with
-w in place of g, `#### w`, `\\boxed{w}`, `The answer is w.`, bare `w`), or `Task.passed` says it solved the
-problem while no honest wrong answer passes. Comparing with honest wrong answers, not with 0, keeps a format
-bonus (that every wrong answer in the task's form also gets) from reading as a hack. The control row: an honest
-CORRECT answer (g in the same forms) must be paid that way on every example, else the audit measures nothing
-and says so (exit code 2). Exit code 1 when any class is paid (for CI), 0 otherwise.
+rlx-audit (rlx.eval.audit). Every completion goes through `Task.score` / `total_reward` / `passed`, as in
+training. A class is PAID when one of its completions beats every honest WRONG answer to the example (not 0:
+a format bonus is no hack); an honest CORRECT answer must beat them on every example, else the audit is
+BROKEN (docs/rewards.md, "The reward audit").
 """
 
 from __future__ import annotations
@@ -29,8 +17,8 @@ EPS = 1e-9
 
 
 def honest(ex: Example, value: str) -> list[str]:
-    """`value` as the final answer in each answer form an honest completion of this task may take: the example's
-    own gold solution with `value` in place of the gold, `#### v`, `\\boxed{v}`, `The answer is v.`, bare `v`."""
+    """`value` as the final answer in each form an honest completion may take: the gold solution with `value` in
+    place of the gold, `#### v`, `\\boxed{v}`, `The answer is v.`, bare `v`."""
     gold = ex.answer.strip()
     forms = []
     if ex.target and gold and gold in ex.target:

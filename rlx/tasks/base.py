@@ -175,10 +175,8 @@ class Task:
 
     def score(self, examples: list[Example], completions: list[str],
               truncated: list[bool] | None = None) -> dict[str, list[float]]:
-        """{logged name: unweighted value per (example, completion)}; NaN where an import-path function
-        returned None (it does not apply to that completion). `truncated` (per completion: the engine
-        stopped it at the token budget; None: not known) goes to the built-in rewards that take it
-        (stated_answer: a cut text's last line is no answer)."""
+        """{logged name: unweighted value per (example, completion)}; NaN where an import-path function returned
+        None. `truncated` (per completion, cut at the token budget; None: not known) goes to TAKES_TRUNCATED."""
         assert len(examples) == len(completions)
         assert truncated is None or len(truncated) == len(completions)
         out, kwargs = {}, None

@@ -1,7 +1,5 @@
-"""The `task.*` schema (which task, its data and its rewards) and every check of a single task value;
-`TaskConfig.check` runs them when rlx.config.preflight converts the composed node (`as_config`), before any
-model is built: sizes, the reward timeout, the task name, every reward entry (registered, or importable with
-TRL's signature), task.holdout and a file task's paths (which must exist; no data is read yet)."""
+"""The `task.*` schema (which task, its data and its rewards) and every check of a single task value, run when
+rlx.config.preflight converts the composed node (`as_config`), before any model is built."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Datasets as users hold them: local .jsonl / .json / .parquet / .csv files or a directory written by
-HF `datasets`' `save_to_disk`, read into Examples through a column mapping.
-
-`task.question_field` names the prompt column: a string (formatted with `task.prompt_template`) or a
-chat `messages` list ([{"role": "user", "content": ...}, ...]), which the model's tokenizer renders
-with its chat template (`Task.render_chat`, called before the model is built). `task.answer_field`
-names the gold answer (optionally cut out with `task.answer_regex`). Every column but the prompt
-goes to import-path reward functions as a keyword argument (rlx.tasks.user_rewards).
-
-`task.holdout=N` (with `task.eval_path` null) carves the held-out split out of `task.train_path`: the N
-distinct questions whose sha256(task.seed, question text) is smallest, disjoint from the training rows.
+"""Datasets as users hold them: local .jsonl / .json / .parquet / .csv files or a `datasets` save_to_disk
+directory, read into Examples through a column mapping (task.question_field: a string or chat messages;
+task.answer_field, task.answer_regex); every other column goes to import-path rewards. `task.holdout=N`
+carves the held-out split out of task.train_path (docs/data.md).
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
-"""The hack completions rlx-audit scores (rlx.tasks.audit): for one example, every class below builds
-completions whose "hacked" content targets that example's gold answer.
-
-The classes (`CLASSES`; g is the gold, w a wrong answer; the first four also as "The answer is ..." and
-final-line sentences, the forms a loose reading takes):
-
-- expression: the gold as arithmetic left for the reader: `#### 18 - 2`, `Grace = 8 + 8`, `\\boxed{\\frac{32}{2}}`,
-  `#### 16^1`, `#### 8 * 2`, `\\boxed{\\sqrt{256}}` (numeric golds only);
-- hedge: two answers offered: `#### 15 or 16`, `\\boxed{15 \\text{ or } 16}`, `#### 15 to 16`;
-- list: `#### 15, 16, 17`, `#### 14, 15, 16`, `\\boxed{15, 16}`;
-- multiple_answers: several conflicting `####` lines, boxes or "the answer is" lines, the last one the gold;
-- prompt_echo: the completion is the prompt, scored against a derived example whose gold is the prompt's last
-  number (what a "last number anywhere" reward pays);
-- format_only: `#### `, `####`, `\\boxed{}`;
-- unicode_digits: the gold in fullwidth / Arabic-Indic digits (`#### １６`; numeric golds only);
-- nested_boxes: `\\boxed{17 \\boxed{16}}`;
-- extreme_length: over rlx.tasks.answers.stated.MAX_CHARS characters ending in the correct `#### 16` (or `\\boxed{}`);
-- negation: the gold denied, in the answer slot (`#### not 16`, `\\boxed{\\neq 16}`, `#### 16 not`) and in the
-  sentence that states it (`It is not 16.`, `Grace does not have 16 of them.`, `16 is not the answer.`, ...), each
-  frame with each negation (NEGATED_FRAMES x NEGATIONS);
-- qualifier: the gold hedged, approximate or bounded: every word of QUALIFIERS_BEFORE before it (`#### at least
-  16`, `\\boxed{\\text{about } 16}`, `more than 16`, `Grace has maybe 16 of them.`, `The answer is ~ 16.`) and of
-  QUALIFIERS_AFTER after it (`#### 16 or so`, `Grace has 16 of them at least.`);
-- correction: the gold first, another answer later (`#### 16` then `#### 17`, `\\boxed{16}` then `\\boxed{17}`,
-  `The answer is 16. Actually it is 17.`, `The answer is 16.` over a final line `17`, and for a numeric gold a
-  later equation whose result differs: `So, the solution is 16 + 1 = 17.`).
-
-The last three are the refusals of stated_answer's loose reading (issue 61), tried in the strict forms (`####`,
-boxes) and the loose ones (sentences) alike, so either reading is audited.
-
-For a gold that is not a plain number (MATH's `\\frac{1}{2}`, `(1, 2)`) the textual classes use another
-answer (`\\boxed{\\frac{1}{2} \\text{ or } 1729}`, ...) and the numeric-only ones are n/a.
-
-Model output is never evaluated: the hacks are built with Decimal arithmetic and scored as text.
+"""The hack completions rlx-audit scores (rlx.tasks.audit): for one example, each class in `CLASSES` builds
+completions whose "hacked" content targets that example's gold (docs/rewards.md, "The reward audit", lists
+every variant). A symbolic gold gets the textual classes with OTHER as the wrong answer; the numeric-only
+ones are n/a. The hacks are built with Decimal arithmetic and scored as text, never evaluated.
 """
 
 from __future__ import annotations
@@ -55,8 +25,7 @@ ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 
 @dataclass(frozen=True)
 class Probe:
-    """One hack completion for one example (`example` may be derived: prompt_echo's gold is the prompt's last
-    number)."""
+    """One hack completion for one example (derived for prompt_echo: its gold is the prompt's last number)."""
 
     example: Example
     completion: str
@@ -96,11 +65,6 @@ def wrong_answer(gold: str) -> str:
     return OTHER if g is None else like(g + 1, gold)
 
 
-def last_prompt_number(text: str) -> str | None:
-    found = _PROMPT_NUM.findall(text)
-    return found[-1] if found else None
-
-
 def prompt_text(ex: Example) -> str:
     """What the policy sees: the prompt, or a chat prompt's message contents (not rendered without a tokenizer)."""
     if ex.prompt or not ex.messages:
@@ -123,19 +87,12 @@ def with_gold(ex: Example, gold: str) -> Example:
     return dataclasses.replace(ex, key=f"{ex.key}#gold={gold}", answer=gold, solution=solution, columns=columns)
 
 
-
 # ---- the hack classes -------------------------------------------------------------------------------------------
-def _numeric(ex: Example) -> tuple[Decimal, str] | None:
-    g = numeric_gold(ex.answer)
-    return None if g is None else (g, ex.answer.strip())
-
-
 def expression(ex: Example) -> list[Probe]:
     """The gold as an unevaluated expression whose value is the gold (numeric golds only)."""
-    n = _numeric(ex)
-    if n is None:
+    g = numeric_gold(ex.answer)
+    if g is None:
         return []
-    g, _ = n
     b = Decimal(int(g) // 2) if g >= 2 else Decimal(1)
     out = [Probe(ex, f"{NAME} gives away 2 of them.\n#### {plain(g + 2)} - 2", "#### a - b"),
            Probe(ex, f"{NAME} has the rest.\n{NAME} = {plain(g - b)} + {plain(b)}", "Grace = a + b"),
@@ -153,13 +110,11 @@ def expression(ex: Example) -> list[Probe]:
 
 def hedge(ex: Example) -> list[Probe]:
     """Two answers offered, one of them the gold."""
-    n = _numeric(ex)
-    if n is None:
-        gold = ex.answer.strip()
-        return [Probe(ex, f"\\boxed{{{gold} \\text{{ or }} {OTHER}}}", "\\boxed{g or other}"),
-                Probe(ex, f"\\boxed{{{OTHER} \\text{{ or }} {gold}}}", "\\boxed{other or g}"),
-                Probe(ex, f"#### {OTHER} or {gold}", "#### other or g")]
-    g, gs = n
+    g, gs = numeric_gold(ex.answer), ex.answer.strip()
+    if g is None:
+        return [Probe(ex, f"\\boxed{{{gs} \\text{{ or }} {OTHER}}}", "\\boxed{g or other}"),
+                Probe(ex, f"\\boxed{{{OTHER} \\text{{ or }} {gs}}}", "\\boxed{other or g}"),
+                Probe(ex, f"#### {OTHER} or {gs}", "#### other or g")]
     lo = like(g - 1, gs)
     return [Probe(ex, f"#### {lo} or {gs}", "#### g-1 or g"),
             Probe(ex, f"\\boxed{{{lo} \\text{{ or }} {gs}}}", "\\boxed{g-1 or g}"),
@@ -170,12 +125,10 @@ def hedge(ex: Example) -> list[Probe]:
 
 def listing(ex: Example) -> list[Probe]:
     """A list of answers holding the gold (in the middle, and last)."""
-    n = _numeric(ex)
-    if n is None:
-        gold = ex.answer.strip()
-        return [Probe(ex, f"\\boxed{{{OTHER}, {gold}}}", "\\boxed{other, g}"),
-                Probe(ex, f"\\boxed{{{gold}, {OTHER}}}", "\\boxed{g, other}")]
-    g, gs = n
+    g, gs = numeric_gold(ex.answer), ex.answer.strip()
+    if g is None:
+        return [Probe(ex, f"\\boxed{{{OTHER}, {gs}}}", "\\boxed{other, g}"),
+                Probe(ex, f"\\boxed{{{gs}, {OTHER}}}", "\\boxed{g, other}")]
     return [Probe(ex, f"#### {like(g - 1, gs)}, {gs}, {like(g + 1, gs)}", "#### g-1, g, g+1"),
             Probe(ex, f"#### {like(g - 2, gs)}, {like(g - 1, gs)}, {gs}", "#### g-2, g-1, g"),
             Probe(ex, f"\\boxed{{{like(g - 1, gs)}, {gs}}}", "\\boxed{g-1, g}"),
@@ -186,8 +139,8 @@ def multiple(ex: Example) -> list[Probe]:
     """Several final answers that disagree, the last one the gold."""
     gold = ex.answer.strip()
     w = wrong_answer(gold)
-    n = _numeric(ex)
-    w2 = OTHER + "1" if n is None else like(n[0] - 1, gold)
+    g = numeric_gold(ex.answer)
+    w2 = OTHER + "1" if g is None else like(g - 1, gold)
     return [Probe(ex, f"#### {w}\n#### {gold}", "#### w / #### g"),
             Probe(ex, f"So it is \\boxed{{{w}}}. Or rather \\boxed{{{gold}}}.", "\\boxed{w} \\boxed{g}"),
             Probe(ex, f"#### {w2}\n#### {w}\n#### {gold}", "#### w' / #### w / #### g"),
@@ -197,10 +150,8 @@ def multiple(ex: Example) -> list[Probe]:
 def echo(ex: Example) -> list[Probe]:
     """The prompt repeated, against a derived example whose gold is the prompt's last number."""
     text = prompt_text(ex)
-    last = last_prompt_number(text)
-    if last is None:
-        return []
-    return [Probe(with_gold(ex, last), text, "the prompt")]
+    found = _PROMPT_NUM.findall(text)
+    return [Probe(with_gold(ex, found[-1]), text, "the prompt")] if found else []
 
 
 def format_only(ex: Example) -> list[Probe]:
@@ -210,10 +161,9 @@ def format_only(ex: Example) -> list[Probe]:
 
 def unicode_digits(ex: Example) -> list[Probe]:
     """The gold written in non-ASCII digits (numeric golds only)."""
-    n = _numeric(ex)
-    if n is None:
+    gs = ex.answer.strip()
+    if numeric_gold(ex.answer) is None:
         return []
-    gs = n[1]
     return [Probe(ex, f"#### {gs.translate(FULLWIDTH)}", "#### fullwidth"),
             Probe(ex, f"\\boxed{{{gs.translate(ARABIC_INDIC)}}}", "\\boxed{arabic-indic}"),
             Probe(ex, gs.translate(FULLWIDTH), "bare fullwidth")]
@@ -248,8 +198,7 @@ QUALIFIED_FRAMES = ["{q} {g}", "{n} has {q} {g} of them.", "The answer is {q} {g
 
 
 def negation(ex: Example) -> list[Probe]:
-    """The gold denied: in the answer slot (`#### not 16`, `\\boxed{\\neq 16}`) and in the sentence that states it
-    (`It is not 16.`, `Grace does not have 16 of them.`, `16 is not the answer.`, `I don't think the answer is 16.`)."""
+    """The gold denied, in the answer slot (`#### not 16`) and in the sentence that states it (NEGATED_FRAMES)."""
     gold = ex.answer.strip()
     out = [Probe(ex, f"#### not {gold}", "#### not g"), Probe(ex, f"\\boxed{{\\neq {gold}}}", "\\boxed{\\neq g}"),
            Probe(ex, f"\\boxed{{\\text{{not }} {gold}}}", "\\boxed{not g}"),
@@ -262,9 +211,7 @@ def negation(ex: Example) -> list[Probe]:
 
 
 def qualifier(ex: Example) -> list[Probe]:
-    """The gold approximate, hedged or bounded: each qualifier before it (`#### at least 16`, `\\boxed{\\approx 16}`,
-    `about 16`, `Grace has more than 16 of them.`, `The answer is maybe 16.`) and after it (`#### 16 or so`,
-    `Grace has 16 of them at least.`)."""
+    """The gold approximate, hedged or bounded: each of QUALIFIERS_BEFORE before it, of QUALIFIERS_AFTER after it."""
     gold = ex.answer.strip()
     out = [Probe(ex, f"\\boxed{{\\approx {gold}}}", "\\boxed{\\approx g}"),
            Probe(ex, f"\\boxed{{\\geq {gold}}}", "\\boxed{\\geq g}")]
@@ -280,10 +227,8 @@ def qualifier(ex: Example) -> list[Probe]:
 
 
 def correction(ex: Example) -> list[Probe]:
-    """The gold stated first, and a later line that states another number (w, or for a numeric gold an equation
-    whose result is w): `#### 16` then `#### 17`; `The answer is 16. Actually it is 17.`; `The answer is 16.` then
-    `So, the solution is 16 + 1 = 17.` (CISPO seed 0's `3 + 6 = 9` after `the answer is 6`); `The answer is
-    16.` over a final line `17`."""
+    """The gold stated first, then a line stating another number w (a numeric gold: also an equation whose result
+    is w, as CISPO seed 0's `3 + 6 = 9` after `the answer is 6`)."""
     gold = ex.answer.strip()
     w = wrong_answer(gold)
     out = [Probe(ex, f"#### {gold}\n#### {w}", "#### g / #### w"),
@@ -292,7 +237,7 @@ def correction(ex: Example) -> list[Probe]:
            Probe(ex, f"The answer is {gold}.\n{w}", "the answer is g / final line w"),
            Probe(ex, f"{gold} is the answer. No wait, it is {w}.", "g is the answer. no wait, it is w"),
            Probe(ex, f"So, the answer is {gold}.\n{NAME} has {w} of them now.", "the answer is g / Grace has w")]
-    if _numeric(ex) is not None:
+    if numeric_gold(ex.answer) is not None:
         step = f"{gold} + 1 = {w}"  # w = g + 1 (wrong_answer): an equation whose result is not the answer
         out += [Probe(ex, f"So, the answer is {gold}.\n\nSo, the solution is {step}.", "the answer is g / a + b = w"),
                 Probe(ex, f"The answer is {gold}, so the solution is {step}.", "the answer is g, so a + b = w")]

@@ -1,13 +1,6 @@
-"""Reward functions: a registry of named functions `(completion, example) -> float`.
-
-They parse text only; model output is never evaluated as code. `correct`, `format` and the numeric
-side of `stated_answer` are linear-time string operations; math-verify runs in a worker process under a
-hard time and memory bound (rlx.tasks.verify), since it can hang on short inputs.
-
-`stated_answer` is the benchmark tasks' reward (gsm8k, wordproblems, math; docs/rewards.md): a numeric
-gold must be stated as that number (rlx.tasks.answers.stated), a symbolic gold is checked by math-verify on the
-final answer. `math_verify` is the earlier reward, kept to reproduce earlier runs: it evaluates
-expressions (`18 - 2` for 16 scores 1), which policies learn to exploit; `rlx-audit` shows it.
+"""Reward functions: a registry of named functions `(completion, example) -> float`, parsing text only (model
+output is never evaluated). `stated_answer` is the benchmark tasks' reward; `math_verify`, the earlier one, is
+kept to reproduce earlier runs: it evaluates expressions, which policies learn to exploit (docs/rewards.md).
 """
 
 from __future__ import annotations
@@ -19,8 +12,7 @@ from rlx.tasks.answers import final_answer
 REWARDS: dict = {}
 BATCH: dict = {}  # name -> fn(completions, examples) -> [float]: the same reward scored a batch at a time
 
-# ASCII digits only: `\d` would also take fullwidth (１２) and Arabic-Indic digits, which no task's
-# gold answer uses and `int()` would read, so `format` must not pass them
+# ASCII digits only: `\d` would also take fullwidth (１２) digits, which no gold uses and `int()` would read
 _INT = re.compile(r"^\s*(-?[0-9]+)\s*$", re.ASCII)
 
 
@@ -37,9 +29,8 @@ def register_reward(name: str, batch=None):
 
 
 def several_answers(completion: str) -> bool:
-    """Whether the completion gives more than one final answer: `####` parts that differ, boxes that differ,
-    or a box inside a box (`\\boxed{5 \\boxed{4}}`), so a reward that reads the last one cannot be paid by
-    listing candidates. A completion over MAX_CHARS counts too (it is not read)."""
+    """Whether the completion gives more than one final answer (`####` parts or boxes that differ, a box in a
+    box), so a reward that reads the last one cannot be paid for listing candidates; over MAX_CHARS counts too."""
     from rlx.tasks.answers import top_level_boxes
     from rlx.tasks.answers.stated import MAX_CHARS
 
@@ -75,18 +66,14 @@ def math_verify_batch(completions: list[str], examples) -> list[float]:
 
 @register_reward("math_verify", batch=math_verify_batch)
 def math_verify_reward(completion: str, example) -> float:
-    """Equivalence of the completion's final answer (`final_answer`) and the gold answer under
-    math-verify, each read as one expression, in a bounded worker pool (rlx.tasks.verify): a timeout,
-    a memory blow-up or an over-long / over-nested input scores 0 and is counted (train/reward_timeouts, ...)."""
+    """Equivalence of the final answer and the gold under math-verify, bounded (rlx.tasks.verify)."""
     return math_verify_batch([completion], [example])[0]
 
 
 def stated_answer_batch(completions: list[str], examples, loose: bool = True,
                         truncated: list[bool] | None = None) -> list[float]:
-    """`stated_answer` for a batch (rlx.tasks.answers.stated for numeric golds; the rest through math-verify in the
-    verifier's bounded worker pool, after the same refusals of hedges and conflicting answers). `truncated`
-    (per completion; None: not known): a completion the token budget stopped is read strictly
-    (rlx.tasks.answers.stated.read_stated)."""
+    """`stated_answer` for a batch: numeric golds by read_stated (`truncated`: per completion, cut at the budget;
+    None: not known), symbolic ones by math-verify after `symbolic_refusal`."""
     from rlx.tasks.answers.stated import numeric_gold, read_stated
     from rlx.tasks.verify import default_verifier, symbolic_refusal
 
@@ -109,8 +96,6 @@ def stated_answer_batch(completions: list[str], examples, loose: bool = True,
 
 @register_reward("stated_answer", batch=stated_answer_batch)
 def stated_answer(completion: str, example, loose: bool = True, truncated: bool = False) -> float:
-    """1 if the completion states the gold answer: a numeric gold as that number in `#### N`, `\\boxed{N}`
-    or (loose: chat models) "the answer is N" / the final line's last number, never as an expression, a
-    hedge or a list, and never where the token budget cut the text; a symbolic gold by math-verify on the
-    final answer (docs/rewards.md)."""
+    """1 if the completion states the gold answer: a numeric gold as that number, never as an expression, a hedge
+    or a list; a symbolic gold by math-verify on the final answer (docs/rewards.md)."""
     return stated_answer_batch([completion], [example], loose, [truncated])[0]

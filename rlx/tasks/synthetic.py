@@ -90,16 +90,11 @@ def rule_of_key(num_keys: int, seed: int) -> dict[str, str]:
 
 
 class KeyedRules(Task):
-    """`k:DDDD=` (task.length digits) -> the digit string transformed by key k's rule (copy, reverse, rotate, +-1 per digit).
+    """`k:DDDD=` (task.length digits) -> the digit string transformed by key k's rule, written `R####54321`.
 
-    A demonstration names the rule it applies, then answers: `R####54321` (reverse of 12345); the
-    `correct` reward reads the answer after `####`. The SFT demonstrator applies key k's own rule to only
-    `demo_correct` of k's training examples and one of the other rules, uniformly, to the rest: the SFT
-    base can do every rule but rarely picks the rewarded one (greedy accuracy ~0, a sampled completion is
-    right about demo_correct of the time). RL has to find, key by key, a choice the initial policy seldom
-    samples: discovery is exploration-limited, and the keys flip at different times, so held-out accuracy
-    climbs over many steps (calibration: docs/results.md).
-    Held-out prompts are disjoint from the training prompts."""
+    The SFT demonstrator applies key k's own rule to only `demo_correct` of k's training examples, another
+    rule to the rest: the base can do every rule but seldom picks the rewarded one, so RL discovers it key by
+    key and held-out accuracy climbs over many steps (calibration: docs/results.md)."""
 
     name = "rules"
 

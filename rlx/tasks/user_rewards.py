@@ -1,20 +1,7 @@
-"""Reward functions given by import path, in TRL's convention, run under a hard time bound.
-
-`task.rewards` maps each entry to its weight. An entry is a registered name (rlx.tasks.rewards) or
-an import path `package.module:function` (the dotted form `package.module.function` also works,
-and is the one a Hydra command line can carry). The function is called once per batch:
-
-    fn(completions=[str, ...], prompts=[str, ...], <column>=[value, ...] for every other dataset column)
-
-and returns one float (or None: "does not apply", left out of the total and of its logged mean)
-per completion. It must accept `completions` and `**kwargs`.
-
-It runs in a spawn worker process, not a thread: a thread cannot be stopped, and code that holds
-the GIL (a big-integer power) would stall the whole loop. Each call is awaited at most
-`task.reward_timeout_s` from the moment a ready worker (its imports done) gets it; past it the worker
-is killed (a replacement starts at once, and a second worker takes the next call), every completion
-of that call scores 0 and the timeout is counted (train/reward_timeouts). An exception inside the
-function stops the run with the worker's traceback (a reward bug is never turned into zeros).
+"""Reward functions given by import path (`package.module:function`, or dotted), in TRL's convention: called
+once per batch as `fn(completions=[...], prompts=[...], <column>=[...] per dataset column)`, returning one float
+or None ("does not apply") per completion. Each runs in a bounded spawn worker (rlx.tasks.workers): a timeout
+scores the call's completions 0 and is counted; an exception stops the run with its traceback (docs/data.md).
 """
 
 from __future__ import annotations
@@ -163,9 +150,8 @@ class RewardFunctionError(RuntimeError):
 
 
 class UserRewards:
-    """Calls import-path reward functions in a bounded worker (each worker imports all of them once, before
-    it is ready; a call's deadline counts from then) with a warm standby: when the worker is killed at the
-    deadline, the standby takes the next call at once while a replacement starts."""
+    """Calls import-path reward functions in a bounded worker (each imports all of them once, before it is ready)
+    with a warm standby that takes the next call at once when the worker is killed at the deadline."""
 
     def __init__(self, specs: list[str], timeout_s: float, mem_mb: int = 4096):
         self.specs = list(specs)

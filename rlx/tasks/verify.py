@@ -1,31 +1,10 @@
 """math-verify on the final answer only, under a hard bound (a pool of worker processes, rlx.tasks.workers).
 
-What is verified is the completion's final answer by the task's own convention (rlx.tasks.answers.
-final_answer): the text after the last `####`, else the last `\\boxed{}`, else the whole text. It is
-handed to math-verify as ONE expression (`\\boxed{answer}`, which math-verify converts whole), never as
-free text: on undelimited text math-verify extracts pieces, e.g. the bare `\\frac{1}{2}` inside
-`\\frac{1}{\\frac{1}{2}}` (whose value is 2), or the `2` of `2\\sqrt{2}`, which a policy could learn to
-exploit. The one exception is prose without any LaTeX ("The answer is 10.", "6 dollars"): there
-math-verify's own extraction is used, as it has no LaTeX to take a piece of. Prose holding LaTeX is
-verified through its last delimited segment (`$...$`, `\\(...\\)`, `\\[...\\]`) as one expression, or
-scores 0 when it has none. The gold answer is parsed as one expression too. A final answer equal to
-the gold string scores 1 without math-verify.
-
-Before any of that, the final answer loses a sentence's full stop and markdown emphasis wrapped around
-it (rlx.tasks.answers.unwrap: `**18**`, `__18__`, `*18*`, `_18_`, `***18***.` -> `18`; SmolLM2's chat output bolds its
-answers), only as matching wrappers at both ends: `1_000` and `2*3*4` are left alone.
-
-Percent signs (`PERCENT`): `#### 33%` for GSM8K's gold 33 ("what percent ...?") is the number asked for,
-so the answer without its `%` is tried too, but only when the gold is a whole number (every GSM8K gold
-is one: 7473 of 7473 training answers). Elsewhere stripping it would change the value: `0.5%` is
-0.005, not the gold 0.5, so it is read as written (math-verify does not read `0.5%` as a number and it
-scores 0). A gold given as a percentage (`33%`) is compared with an answer that is one too, both
-without their `%` (`33.0%` scores 1); an answer without `%` is compared with the gold as written.
-
-Bounds: every check runs in a worker process with a per-call deadline (`timeout_s`, counted from the
-moment a ready worker gets it) and a memory cap; a timeout, a memory blow-up or a dead worker scores 0
-and is counted. Completions longer than `MAX_CHARS` or with braces nested deeper than `MAX_DEPTH` score
-0 before any parsing (a `\\frac` nested 150 deep otherwise verifies as equal to `\\frac{1}{2}`).
+The final answer (rlx.tasks.answers.final_answer, unwrapped) goes to math-verify as ONE expression
+(`\\boxed{answer}`), never as free text, from which math-verify extracts pieces a policy could exploit; prose
+without LaTeX uses math-verify's own extraction, prose with LaTeX its last delimited segment. A `%` is dropped
+only where it cannot change the value; over-long or over-nested input scores 0 unparsed. The rules and their
+reasons: docs/runs.md, "Rewards".
 """
 
 from __future__ import annotations
@@ -35,7 +14,7 @@ import re
 
 from rlx.tasks.answers import final_answer, top_level_boxes, unwrap
 from rlx.tasks.answers.stated import CONFLICT, HEDGE, NEGATED, QUALIFIED, TOO_LONG
-from rlx.tasks.workers import WorkerPool, cap_memory, serve  # noqa: F401  (cap_memory re-exported)
+from rlx.tasks.workers import WorkerPool, serve
 
 MAX_CHARS = 20_000  # longer completions are not parsed (scored 0)
 MAX_DEPTH = 24  # deeper brace nesting is not parsed (scored 0)
@@ -100,7 +79,7 @@ def candidates(answer: str, gold: str) -> list[tuple[str, str]]:
         last = segments[-1].strip() if segments else ""
         return [(WHOLE, last)] if last and balanced(last) and not is_prose(last) else []
     out = [(WHOLE, answer)]
-    bare = _PERCENT.sub("", answer).strip()  # "33%" for a whole-number gold 33: the number asked for (docstring)
+    bare = _PERCENT.sub("", answer).strip()  # "33%" for a whole-number gold 33: the number asked for (docs/runs.md)
     if bare and bare != answer and _WHOLE_NUMBER.match(gold.strip()):
         out.append((WHOLE, bare))
     return out
@@ -116,11 +95,8 @@ _APPROXIMATE = re.compile(r"\\(?:approx|sim|simeq|geq?|leq?|geqslant|leqslant|gt
 
 
 def symbolic_refusal(completion: str, gold: str) -> str | None:
-    """Why a completion scores 0 against a symbolic gold before math-verify is asked (None: ask it):
-    `too_long`, `conflict` (several boxes or `####` lines with different answers), `hedge` (`x or y`, or a
-    list where the gold is not one), `negated` / `qualified` (a relation or a word that denies or bounds it:
-    `\\neq x`, `\\approx x`, `at least x`, where the gold has none). The stated-number rule (rlx.tasks.answers.stated)
-    covers numeric golds."""
+    """Why a completion scores 0 against a symbolic gold before math-verify is asked (None: ask it): too long,
+    a conflict, a hedge or list, or a relation that denies or bounds it (`\\neq x`, `\\approx x`) unlike the gold."""
     if too_complex(completion):
         return TOO_LONG
     hashes = [h.strip() for h in re.findall(r"####([^\n]*)", completion)]
@@ -146,22 +122,15 @@ def _read(text: str, how: str, parse):
     return parse("\\boxed{" + text + "}" if how == WHOLE else text, parsing_timeout=None)
 
 
-class _NoTimeoutNotice:
-    """Drops math-verify's "Timeout is disabled ..." notice: the pool bounds every call (the module
-    docstring), so the notice, repeated at every worker start, only buries a run's own output."""
-
-    @staticmethod
-    def filter(record) -> bool:
-        return not str(record.msg).startswith("Timeout is disabled")
-
-
 def _setup():
     import logging
 
     from math_verify import parse, verify
 
+    # math-verify's "Timeout is disabled ..." notice at every worker start only buries a run's output: the pool
+    # bounds every call
     for name in ("math_verify.parser", "math_verify.grader"):  # this worker's loggers only
-        logging.getLogger(name).addFilter(_NoTimeoutNotice())
+        logging.getLogger(name).addFilter(lambda record: not str(record.msg).startswith("Timeout is disabled"))
     return parse, verify
 
 

@@ -1,10 +1,6 @@
-"""GSM8K-style word problems generated from a seed: a person starts with some objects and the story
-changes the count in `task.steps` sentences (add, take away, multiply, share equally), each one
-arithmetic step; the answer is the final integer count. Scored like GSM8K: the prompt asks for the
-final answer as `#### N` and `math_verify` compares it (conf/task/wordproblems.yaml).
-
-Each example keeps its structured record in `columns` (start, the (op, operand) steps, answer), so
-the answer can be recomputed independently of the text (tests/tasks/test_wordproblems.py).
+"""GSM8K-style word problems generated from a seed: a person starts with some objects and the story changes the
+count in `task.steps` sentences (add, take away, multiply, share equally); the answer is the final integer count.
+Each example keeps its structured record in `columns` (start, the (op, operand) steps, answer).
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ TEMPLATES = {
     "/": ["{n} splits the {o} into {b} equal groups and keeps only one group.",
           "{n} packs the {o} into {b} boxes with the same number in each and keeps one box."],
 }
-# SmolLM2 often copies the '#### N' placeholder literally, yet a wording without it ("write '####' followed
-# by the final answer as a number") measured 0/50 greedy against 4/50 for this one (docs/models.md)
+# keeps the '#### N' placeholder that SmolLM2 often copies: the wording without it scored lower (docs/models.md)
 INSTRUCTION = "Solve the problem step by step, then write the final answer on the last line as '#### N'."
 MAX_VALUE = 1000  # counts stay in [0, MAX_VALUE]
 

@@ -1,17 +1,9 @@
 """Bounded worker processes: a small pool of spawn processes, each answering one message at a time.
 
-Rewards run model output through code that can hang inside C (`9^9^9^9` is a big-integer power that
-never returns to the interpreter) or hold the GIL, so they run in separate processes, never threads:
-a process can be killed. Each worker caps its address space (`mem_mb`), so a blow-up ends in
-MemoryError instead of swapping the machine.
-
-Deadlines count from the moment a message reaches a READY worker: a worker does its set-up (imports,
-loading user functions) first and then sends a readiness message; its start-up has its own allowance
-(`startup_s`) and never eats into a call's deadline. A worker that misses its deadline (`timeout_s`)
-is killed and a replacement is started at once, in the background, while the other workers go on:
-a batch of N hostile inputs costs about N * timeout_s / size plus one start-up, never a start-up per
-timeout. A worker that dies (the memory limit; a crash at start-up, seen as EOFError,
-ConnectionResetError or BrokenPipeError) scores its message 0 and is replaced; both are counted.
+Rewards run model output through code that can hang inside C or hold the GIL, so they run in processes
+(which can be killed), each with a capped address space. A call's deadline counts from the moment a READY
+worker gets it (start-up has its own allowance); a worker past it is killed and replaced in the background
+while the others go on. Why and what it costs: docs/runs.md, "Rewards".
 """
 
 from __future__ import annotations
@@ -101,11 +93,9 @@ class _Batch:
 
 @contextlib.contextmanager
 def _main_not_reimported():
-    """A spawn child re-imports its parent's __main__ (as __mp_main__) before anything else, so a user's
-    script without a main guard (`if __name__ ...`) would run again in every worker, start workers of
-    its own, and die ("3 workers in a row died while starting"). The workers' targets live in rlx's own
-    modules and a reward function in __main__ is refused (rlx.tasks.user_rewards.load_reward), so the child
-    needs nothing of __main__: while it starts, __main__ is an empty module that names no file."""
+    """A spawn child re-imports its parent's __main__, so a script without a main guard would run again in every
+    worker and die. The child needs nothing of __main__ (rewards there are refused): while it starts, __main__
+    is an empty module."""
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
@@ -117,10 +107,8 @@ def _main_not_reimported():
 
 @contextlib.contextmanager
 def _stdlib_start_method():
-    """A spawn child re-applies its parent's *global* start method before it imports anything. Inside a
-    joblib/loky worker (`hydra/launcher=joblib`) that method is 'loky', which the child cannot find
-    ("cannot find context for 'loky'": every worker died at start-up). Name a stdlib method while the
-    child starts, then put the parent's back."""
+    """A spawn child re-applies its parent's global start method: inside a joblib/loky worker that is 'loky',
+    which the child cannot find. Name a stdlib method while the child starts, then put the parent's back."""
     method = mp.get_start_method(allow_none=True)
     foreign = method is not None and method not in mp.get_all_start_methods()
     if foreign:
@@ -133,10 +121,9 @@ def _stdlib_start_method():
 
 
 class WorkerPool:
-    """`size + spares` spawn processes running `target(conn, mem_mb, arg)` (which calls `serve`), at most
-    `size` of them answering at once; the spares stand by, ready, for the moment one is killed. `map(msgs)`
-    returns one answer per message, or None where the worker missed its deadline or died (counted
-    in `stats`). Started on first use; closed by `close()` (or when garbage collected)."""
+    """`size + spares` spawn processes running `target(conn, mem_mb, arg)` (which calls `serve`), at most `size`
+    answering at once, the spares ready for the moment one is killed. `map(msgs)`: one answer per message, None
+    where the worker missed its deadline or died (counted in `stats`). Started on first use."""
 
     def __init__(self, target, arg=None, *, size: int = 2, spares: int = 1, timeout_s: float = 5.0,
                  mem_mb: int = 4096, startup_s: float = 300.0, name: str = "rlx-worker"):
@@ -145,8 +132,7 @@ class WorkerPool:
         if size < 1:
             raise ValueError(f"{name}: a pool needs at least one worker, got size={size}")
         self.target, self.arg, self.size, self.spares, self.name = target, arg, int(size), int(spares), name
-        # startup_s: imports only, never a call's deadline; 60 s was too short on a loaded 2-core machine
-        # (two math-verify workers beside a SmolLM2 run at load average 8-10 missed it and stopped the run)
+        # startup_s: imports only, never a call's deadline (docs/runs.md: why 300 s)
         self.timeout_s, self.mem_mb, self.startup_s = float(timeout_s), int(mem_mb), float(startup_s)
         self.procs: list[_Proc] = []
         self.stats = {"timeouts": 0, "refused": 0, "errors": 0}
@@ -180,11 +166,6 @@ class WorkerPool:
         """Kill `p` and start its replacement now, so it gets ready while the others work."""
         self._drop(p)
         self.procs.append(self._spawn())
-
-    @property
-    def warm(self) -> bool:
-        """Some worker is running and ready (its set-up is done)."""
-        return any(p.ready and p.proc.is_alive() for p in self.procs)
 
     # ---- one batch ----------------------------------------------------------------------------
     def map(self, msgs: list) -> list:

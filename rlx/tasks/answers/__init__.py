@@ -1,20 +1,7 @@
-"""How a completion's answer is read: every reader of answers lives in this package, beside the tasks whose
-rewards, tripwires and evaluations use them.
-
-- here: the final answer by the tasks' convention (`final_answer`: the text after the last `####`, else
-  inside the last `\\boxed{}`, else the whole text; what the `correct` reward compares, what math-verify
-  verifies in rlx.tasks.verify and what the eval's majority vote counts), a completion's boxes
-  (`top_level_boxes`, `last_boxed`) and an answer without its markdown wrapping (`unwrap`);
-- rlx.tasks.answers.stated: the number a completion states as its answer (the `stated_answer` reward);
-- rlx.tasks.answers.readings: the benchmark's own readings (lm-eval's GSM8K strict-match and
-  flexible-extract, MATH's math-verify) and which of them a set gets.
-
-Boxes are read the way math-verify reads them (checked on math-verify 0.9.0, tests/tasks/test_final_answer.py):
-a box counts once it is closed, and the last box is the last one opened that closes: the inner one when boxes
-nest (`\\boxed{5 \\boxed{4}}` answers 4; the stated reading calls it a hedge), the closed one inside a box
-left open (`\\boxed{1 ... \\boxed{2}` answers 2), an earlier one when the last is left open (`\\boxed{1} ...
-\\boxed{2` answers 1). lm-eval 0.4.13's hendrycks_math reads the first two alike and the third as no answer;
-its GSM8K readings read no box at all.
+"""How a completion's answer is read: every reader of answers lives in this package. Here: the final answer by
+the tasks' convention (`final_answer`: after the last `####`, else the last closed `\\boxed{}`, else the whole
+text), boxes read as math-verify reads them (docs/eval.md, "Boxes") and `unwrap`; rlx.tasks.answers.stated: the
+number a completion states; rlx.tasks.answers.readings: the benchmark's own readings.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""The benchmark's own readings of a completion, beside the task's reward (docs/eval.md).
-
-A run is scored the way its benchmark is scored, whatever reward it trained on:
-
-- `strict-match` and `flexible-extract` are lm-evaluation-harness's two GSM8K filters (lm_eval/tasks/
-  gsm8k/gsm8k.yaml, v0.4.13), reproduced here and cross-checked against lm-eval's own filter and
-  metric (tests/scripts/test_lm_eval_check.py) and on real completions (docs/eval.md): strict takes the
-  FIRST match of `#### (-?[0-9.,]+)` (lm-eval's regex filter keeps match 0, though the number after the
-  last `####` is how it is often described; note the one space after `####`), flexible the LAST match of
-  `(-?[$0-9.,]{2,})|(-?[0-9]+)`; no match reads as "[invalid]". Both are then compared with the gold by
-  lm-eval's `exact_match`: `,`, `$`, everything up to `#### ` and a final `.` removed from both sides,
-  case ignored.
-- `math-verify` is MATH's reading (lm-eval's minerva_math `math_verify` metric): math-verify's own
-  extraction over the whole completion (a `\\boxed{}` first), verified against the gold, in the bounded
-  worker pool (rlx.tasks.verify).
-
-`readings_for(examples)` picks a task's readings: task.readings when set, else GSM8K's two when every
-gold is a plain number, else math-verify.
+"""The benchmark's own readings of a completion, beside the task's reward (docs/eval.md, "Readings"):
+lm-eval's two GSM8K filters (gsm8k.yaml, v0.4.13; strict takes the FIRST `####` match, as lm-eval's regex
+filter keeps match 0) compared by its `exact_match`, and MATH's math-verify over the whole completion in the
+bounded worker pool (rlx.tasks.verify).
 """
 
 from __future__ import annotations
@@ -69,7 +55,8 @@ def exact_match(prediction: str, gold: str) -> bool:
 
 
 def readings_for(examples, configured=None) -> list[str]:
-    """The readings evaluation reports for a set (module docstring)."""
+    """The readings evaluation reports for a set: `configured` (task.readings) when set, else GSM8K's two when
+    every gold is a plain number, else math-verify."""
     if configured:
         bad = [r for r in configured if r not in READINGS]
         if bad:

@@ -1,32 +1,16 @@
 """Stated answers: the number a completion states as its final answer, read as text and never evaluated.
 
-A policy rewarded by an equivalence checker learns to hand the checker its arithmetic: `Grace = 18 - 2`
-for the gold 16 verifies under math-verify, which evaluates the expression (docs/rewards.md). A GSM8K
-reader (lm-eval, a person) sees no answer there. So where the gold is a number, the final answer counts
-only when it IS that number, written as a number:
-
-- where it is read (`read_stated`), in this order: the last `####` line (one without any digit is the
-  instruction's `#### N` placeholder copied, and is skipped); else the last top-level closed `\\boxed{}`
-  (rlx.tasks.answers.top_level_boxes); else, when `loose` (task.answer_phrase, on for chat prompts), the
-  number of the last "the answer is N" / "answer: N" / "N is the answer" (after its last `=`: "the answer
-  is 2 + 2 = 4"; phrases that state different numbers conflict), else the last number of the last sentence
-  of the final non-empty line (a final line that is a question states nothing: an echoed problem);
-- what counts as a number (`parse_number`): a sign, `$` (or LaTeX's `\\$`), thousands separators in
-  whole groups, a decimal point, a trailing `%`, a trailing unit word or two (`16 shells`), a trailing
-  full stop, markdown emphasis around it (`**16**`) and `\\text{}` around the unit; `16.0` is 16;
-- what never counts (scores 0): an expression (`18 - 2`, `3*2`, `\\frac{32}{2}`, `4^2`, `sqrt(256)`), a
-  hedge or a list (`15 or 16`, `15, 16, 17`, `15-16`, `15 to 16`), non-ASCII digits (`１６`), and
-  several `####` lines (or boxes) that state different numbers.
-
-Each reading also says why it failed (`Reading.flaw`): what the hack tripwires count and the audit shows.
-Everything here is linear-time regular expressions over at most MAX_CHARS characters.
+A policy rewarded by an equivalence checker learns to hand it arithmetic (`Grace = 18 - 2` verifies as 16),
+which no GSM8K reader accepts; so a numeric gold counts only when the final answer IS that number
+(docs/rewards.md, "The stated-number rule" and "What a reader refuses": where it is read, what counts).
+Each reading says why it failed (`Reading.flaw`). Linear-time regular expressions over at most MAX_CHARS.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from rlx.tasks.answers import top_level_boxes, unwrap
 
@@ -101,10 +85,6 @@ class Reading:
     flaw: str | None
     text: str = ""  # the answer text that was read
 
-    @property
-    def stated(self) -> bool:
-        return self.value is not None
-
 
 def _bare(text: str) -> str:
     """The answer without its wrapping (rlx.tasks.answers.unwrap) and with its `\\text{}` groups as plain words."""
@@ -112,7 +92,7 @@ def _bare(text: str) -> str:
 
 
 def parse_number(text: str) -> Decimal | None:
-    """The value of `text` if it is ONE number as the module docstring allows, else None."""
+    """The value of `text` if it is ONE number (docs/rewards.md: what counts as the number), else None."""
     text = _bare(text)
     m = _STATED.match(text)
     if m is None:
@@ -122,10 +102,7 @@ def parse_number(text: str) -> Decimal | None:
         return None
     if unit and (unit.split()[0].lower() in _CONNECTORS or any(w.lower() in _NOT_A_UNIT for w in unit.split())):
         return None  # `16 or so`, `16 at least`, `16 approximately`: a bound or a hedge, not a unit
-    try:
-        value = Decimal(num.replace(",", ""))
-    except InvalidOperation:  # cannot happen for NUMBER, kept for safety
-        return None
+    value = Decimal(num.replace(",", ""))  # NUMBER is always a valid decimal
     return -value if "-" in (sign1 + sign2) else value
 
 
@@ -177,10 +154,8 @@ def _denies(before: str, after: str) -> bool:
 
 
 def clause_flaw(text: str, start: int, end: int) -> str | None:
-    """NEGATED or QUALIFIED when what text[start:end] states (a number, or an answer phrase through its number)
-    is denied (`Grace does not have 16 shells`, `16 is not the answer`: `_denies`),
-    hedged (`maybe`, `probably`, ... before it in its clause), bounded or approximate (`at least`, `more than`,
-    `about`, `~` right before it; `or so`, `at least` right after it); None when a reader takes it as stated."""
+    """NEGATED or QUALIFIED when what text[start:end] states is denied (`_denies`), hedged (`maybe` before it in
+    its clause), bounded or approximate (`at least`, `about` right before it; `or so` after); else None."""
     before, after = _clause(text, start, end)
     if _denies(before, after):
         return NEGATED
@@ -264,10 +239,9 @@ def _final_line(text: str) -> Reading:
 
 
 def read_stated(text: str, loose: bool = True, truncated: bool = False) -> Reading:
-    """The number a completion states as its final answer (module docstring): `loose` also reads an
-    "answer is N" phrase and the final line when there is neither a `####` line nor a box. `truncated`:
-    the engine stopped the completion at its token budget, so its final line is where the budget fell,
-    not an answer: only a `####` line with more text after it, or a closed box, is read."""
+    """The number a completion states as its final answer: `loose` also reads an "answer is N" phrase, then the
+    final line, when there is neither a `####` line nor a box. `truncated` (cut at the token budget): only a
+    `####` line with more text after it, or a closed box, is read."""
     if len(text) > MAX_CHARS:
         return Reading(None, None, TOO_LONG)
     # a #### line that holds no digit at all is the instruction's placeholder copied (`#### N`), not an answer
@@ -312,10 +286,9 @@ def _phrases(text: str) -> list[tuple[int, int, Reading]]:
 
 
 def _phrase(rest: str) -> tuple[Reading, int]:
-    """What one "the answer is ..." phrase states, and how much of `rest` that is: its sentence's number (after
-    its last `=`) up to a conjunction that starts another statement (`6, so the solution is 3 + 6 = 9` states 6,
-    and what follows is read as a later line), a flaw when that holds numbers but not one stated number, else
-    (value and flaw None) nothing to read."""
+    """What one "the answer is ..." phrase states, and how much of `rest` that is: its sentence's number (after its
+    last `=`) up to a conjunction that starts another statement (`6, so ... 3 + 6 = 9` states 6); a flaw when
+    that holds numbers but not one stated number; value and flaw None when nothing is read."""
     sentence = _SENTENCE_END.split(rest)[0]
     cut = _NEXT_STATEMENT.search(sentence)
     sentence = sentence[: cut.start()] if cut and _LINE_NUM.search(sentence[: cut.start()]) else sentence
@@ -331,9 +304,8 @@ def _phrase(rest: str) -> tuple[Reading, int]:
 
 
 def answered_value(reading: Reading) -> Decimal | None:
-    """The number a completion answers with, stated or only approximately: the reading's value, else the number
-    a qualifier bounds or hedges (`about 16`, `#### 16 or so` answer 16 without stating it; what the guess
-    tripwire compares across prompts), else None (a denied number is not the answer given)."""
+    """The reading's value, else the number a qualifier bounds (`about 16` answers 16 without stating it: what the
+    guess tripwire compares); None for a denied number."""
     if reading.value is not None or reading.flaw != QUALIFIED:
         return reading.value
     found = _LINE_NUM.findall(reading.text)
