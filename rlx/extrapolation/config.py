@@ -1,7 +1,7 @@
-"""The `extrapolation.*` schema (NExt predict-extend, linear baseline) and every check of a single
-extrapolation value (`__post_init__`, run when rlx.config.preflight converts the composed node); registered
-by rlx.config. The jump steps against the run's length (train.steps) are checked where the
-extrapolator is built (rlx.extrapolation.extrapolator)."""
+"""The `extrapolation.*` schema and every check of a single value (`__post_init__`, run by rlx.config.preflight).
+
+The jump steps against train.steps are checked where the extrapolator is built (rlx.extrapolation.extrapolator).
+"""
 
 import math
 from dataclasses import dataclass, field
@@ -11,11 +11,7 @@ TYPES = ("none", "linear", "next")  # rlx.extrapolation.EXTRAPOLATORS and "none"
 
 @dataclass
 class ExtrapolationConfig:
-    """Jump ahead along the LoRA trajectory (NExt). `type`: none | linear | next.
-
-    Steps are counts of completed RL (optimizer) steps. `extend_at` steps must be multiples of
-    `interval`, and `horizon` a multiple of `interval`. See docs/extrapolation.md.
-    """
+    """Jump ahead along the LoRA trajectory (NExt); steps count completed RL steps. See docs/extrapolation.md."""
 
     type: str = field(default="none", metadata={
         "help": "none | linear | next (predict-extend jumps of the LoRA adapter)"})

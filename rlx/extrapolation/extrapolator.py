@@ -1,13 +1,8 @@
-"""Extrapolators called by the training loop after every optimizer step: the interface and `linear` (NExt's is in next.py).
+"""Extrapolators the training loop calls after every optimizer step: the interface and `linear` (next.py: NExt).
 
-`linear` (RL-Extra baseline): at each extend step s, W = W0 + alpha (W_s - W0), i.e. the LoRA
-delta is scaled by alpha (exactly B <- alpha B when the initial adapter product is zero, as with
-PEFT's default init; otherwise re-factorized to rank r).
-`next` (NExt): rank-1 records every `interval` steps; at each extend step a fresh predictor per
-(out, in) shape bucket is trained on the records so far, predicts every module's next-`horizon`
-update triplet, and alpha * sigma u v^T is folded into the adapter (rank r kept).
-After a jump the Adam state of the LoRA params is dropped (cfg.reset_optimizer), so AdamW
-restarts its moments and bias correction for them at the next step.
+`linear` (RL-Extra baseline) sets W = W0 + alpha (W_s - W0) at each extend step s; `next` folds a predicted
+rank-1 update into the adapter. After a jump the LoRA params' Adam state is dropped (cfg.reset_optimizer).
+See docs/extrapolation.md.
 """
 
 import time
@@ -55,7 +50,9 @@ class Extrapolator:
         self.cfg = cfg
         self.total_steps = int(total_steps)
         self.extend_at = sorted({int(s) for s in cfg.extend_at})
-        self._validate()
+        bad = [s for s in self.extend_at if not 1 <= s <= self.total_steps]
+        if bad:  # each value alone was checked by ExtrapolationConfig; here against the run's length
+            raise ValueError(f"extrapolation.extend_at steps {bad} are outside [1, total_steps={self.total_steps}]")
         self.adapter = str(cfg.adapter)
         self.alpha = float(cfg.alpha)
         self.timer = _Timer()
@@ -67,14 +64,6 @@ class Extrapolator:
         self.predictor_loss = float("nan")
         self._jump_metrics: dict[str, float] = {}
 
-    # -- validation -----------------------------------------------------------------------
-    def _validate(self) -> None:
-        """The jump steps against the run's length (the config's own values: ExtrapolationConfig)."""
-        bad = [s for s in self.extend_at if not 1 <= s <= self.total_steps]
-        if bad:
-            raise ValueError(f"extrapolation.extend_at steps {bad} are outside [1, total_steps={self.total_steps}]")
-
-    # -- loop interface ---------------------------------------------------------------------
     def observe(self, model: nn.Module, step: int, optimizer: torch.optim.Optimizer | None = None) -> dict[str, float]:
         """Call after each optimizer step with the count of completed RL steps (and once with 0
         before training). A step at or before the last observed one is a no-op (safe on resume)."""
@@ -125,7 +114,6 @@ class Extrapolator:
         m.A.copy_(A_new.to(m.A.dtype))
         m.B.copy_(B_new.to(m.B.dtype))
 
-    # -- subclass hooks ----------------------------------------------------------------------
     def _start(self, modules: list[LoraFactors]) -> None:
         raise NotImplementedError
 
@@ -138,7 +126,6 @@ class Extrapolator:
     def _n_records(self) -> int:
         return 0
 
-    # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, "type": self.kind, "started": self.started, "last_step": self.last_step,
                 "module_names": list(self.module_names), "jumps": list(self.jumps), "steps_saved": self.steps_saved,

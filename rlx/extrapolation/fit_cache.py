@@ -1,16 +1,8 @@
 """A content-addressed store of fitted NExt predictors: a fit is looked up by everything it is computed from.
 
-`train_predictor` is a pure function of its inputs on one machine (rlx.extrapolation.predictor): the
-records, the targets, the settings, the seed, and the arithmetic that runs it (torch's version, the CPU's
-instruction set, the thread count, which change the reduction order and so the bits). Runs that share
-their records up to a jump -- the arms of an extending-coefficient sweep at one seed, whose RL is the same
-up to the jump -- would each spend the same predictor training (~18 min of one core per jump for SmolLM2 at
-the paper's 1000 epochs). The key hashes all of it, so a hit returns the bits a new fit would have
-produced, and any difference in any input is a miss.
-
-An entry is `<sha256>.pt`, written to a temp file in the same folder and renamed, so a killed write
-leaves no entry; it is read with `torch.load(weights_only=True)`. An entry that cannot be read is an error
-that names the file: nothing is recomputed over it silently.
+`train_predictor` is a pure function of its inputs and the arithmetic that runs it, so runs whose records agree
+up to a jump (an alpha sweep at one seed) can share its fit (docs/extrapolation.md, `fit_cache`). An entry is
+`<sha256>.pt`, written to a temp file and renamed; an unreadable entry is an error naming the file.
 """
 
 from __future__ import annotations

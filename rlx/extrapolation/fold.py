@@ -1,17 +1,8 @@
-"""Fold a low-rank jump into the LoRA factors, keeping rank r.
+"""Fold a low-rank jump into the LoRA factors, keeping rank r (docs/extrapolation.md, Predict-extend).
 
-The base layer may be packed (quantized codes cannot absorb a dW), so the jump goes into the
-adapter: B A + L_e R_e (rank <= r + k) is re-factorized to the best rank-r approximation
-P diag(S) Q^T (Eckart-Young) via QR of the stacked factors and a small SVD
-(`rank1.lowrank_svd`). For a rank-1 jump (k = 1) exactly one singular value is dropped, so the
-error in W is sigma_{r+1}, which Weyl's inequality bounds by min(jump size, sigma_r(old delta)).
-
-Gauge: any invertible H gives B' = P S H^-1, A' = H Q^T with the same product. We take
-H = A Q (A projected onto the new row space), its singular values floored at
-`gauge_floor` * (RMS singular value of A). When the new row space equals the old one (e.g. the
-jump's v lies in the row space of A, or a linear rescale of the delta) this gives A' = A and only
-B changes; in general A moves as little as the new row space allows, A' is always full rank
-(no dead LoRA directions), and B' stays bounded.
+A packed base cannot absorb a dW, so B A + L_e R_e is re-factorized to its best rank-r approximation
+P diag(S) Q^T; for a rank-1 jump the error is sigma_{r+1} <= min(jump, sigma_r(old delta)) (Weyl). The gauge
+H = A Q (singular values floored at `gauge_floor` * RMS of A's) moves A as little as the new row space allows.
 """
 
 import torch

@@ -1,8 +1,6 @@
-"""Find the LoRA factors of a PEFT-wrapped model and snapshot them.
+"""Find the LoRA factors of a PEFT-wrapped model and snapshot them; the base layer is never touched.
 
-Works by duck typing on PEFT's LoraLayer attributes (`lora_A`, `lora_B`, `scaling`), so the
-base layer may be anything PEFT can wrap: nn.Linear, bitsandbytes 4-bit, rlx's packed linears.
-Only the adapter factors are ever read or written here; the base layer is never touched.
+Duck typing on PEFT's `lora_A`, `lora_B`, `scaling`: any base PEFT can wrap (nn.Linear, bnb 4-bit, rlx packed).
 """
 
 from dataclasses import dataclass

@@ -35,7 +35,6 @@ class NextExtrapolator(Extrapolator):
         if step % self.records.interval == 0 and step <= self.extend_at[-1]:
             self.records.record(step, modules, self.timer)
 
-    # -- predict-extend ----------------------------------------------------------------------
     def _bucket_rows(self, modules, steps, with_targets: bool):
         """{(out, in): (global [N, d], local [N, d], target [N, d] | None, keys [(step, name)])}, d = out + in."""
         device = modules[0].A.device
@@ -111,7 +110,6 @@ class NextExtrapolator(Extrapolator):
                                        "extrap/jump_cos_local": sum(cos) / len(cos),
                                        "extrap/fold_rel_error": sum(lost) / len(lost)})
 
-    # -- state ------------------------------------------------------------------------------
     def state_dict(self):
         sd = super().state_dict()
         sd["records"] = self.records.state_dict()

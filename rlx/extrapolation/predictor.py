@@ -1,18 +1,8 @@
-"""NExt trajectory predictor: (global, local) rank-1 components -> next-horizon component.
+"""NExt trajectory predictor: (global, local) rank-1 components -> next-horizon component (docs/extrapolation.md).
 
-Encoding (rlx's concrete choice). A triplet (u [out], s, v [in]) of a module with W [out, in] is
-the vector x = [sqrt(s) u, sqrt(s) v] of length d = out + in; a predictor is shared by every
-module of the same (out, in) shape across layers (q/o share one, k/v one, gate/up one, down one).
-Decoding a predicted x = [a, b] gives u = a/|a|, v = b/|b|, sigma = |a| |b|, so a b^T is the
-predicted rank-1 matrix itself. Keeping u and v in one vector keeps their relative sign: with
-separate per-vector-length buckets (as the paper describes) the v-side predictor cannot know which
-of (u, v) / (-u, -v) its u-side partner chose, and a wrong pairing negates the jump.
-Inputs/targets are multiplied by a per-bucket constant sqrt(d) / mean|target| so entries are O(1).
-
-Network (paper): for each of global and local,
-Linear(d,H) -> Linear(H,d) -> ReLU -> Linear(d,H) -> Linear(H,d); the two d-vectors are
-concatenated into a combiner Linear(2d,H) -> Linear(H,2d) -> ReLU -> Linear(2d,H) -> Linear(H,d).
-Trained full batch with L1 loss and AdamW, lr cosine-decayed to min_lr_ratio * lr over `epochs`.
+A triplet (u [out], s, v [in]) is encoded as x = [sqrt(s) u, sqrt(s) v] (d = out + in), one predictor per
+(out, in) shape: one vector keeps u and v's relative sign, which per-length buckets lose. Inputs and targets
+are scaled by sqrt(d) / mean|target|. Network and training are the paper's (full batch, L1, AdamW, cosine lr).
 """
 
 import math

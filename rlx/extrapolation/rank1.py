@@ -1,9 +1,7 @@
-"""Top singular triplet of a LoRA delta, computed from the factors (never the full matrix).
+"""Top singular triplet of a LoRA delta, computed from the factors, never the full matrix.
 
-delta = scaling * (B A - B0 A0) = scaling * L R with L = [B, B0] [out, k], R = [A; -A0] [k, in].
-QR of L and of R^T gives L = Q1 R1, R^T = Q2 R2, so delta = scaling * Q1 (R1 R2^T) Q2^T and the
-singular triplets of delta are those of the small k x k matrix R1 R2^T mapped through Q1, Q2.
-Cost O((out + in) k^2 + k^3) instead of O(out * in * min(out, in)).
+delta = scaling * L R with L = [B, B0], R = [A; -A0]; QR of L and R^T reduces it to a k x k SVD,
+O((out + in) k^2 + k^3) (docs/extrapolation.md, Records).
 """
 
 import torch

@@ -1,22 +1,9 @@
-"""Rank-1 trajectory records of every LoRA module (NExt's training data).
+"""Rank-1 trajectory records of every LoRA module, NExt's training data (docs/extrapolation.md, Records).
 
-At record step t (every `interval` steps, starting at 0) and for each module:
-  global_t = top triplet of W_t - W_0          (adapter now vs the initial adapter)
-  local_t  = top triplet of W_t - W_{t-interval}
-and, once step t + horizon is recorded, target_t = top triplet of W_{t+horizon} - W_t.
-Signs (a triplet and its negation (-u, s, -v) are the same matrix): every triplet starts in the
-canonical sign of `rank1_from_lora`, then is flipped to agree (u . u_ref + v . v_ref >= 0) with a
-reference: global_t with global_{t-interval}, local_t with global_t, target_t with local_t (or
-global_t when local_t is zero). Zero references are skipped. Consecutive records therefore vary
-continuously, which the predictor needs: with the canonical sign alone a slowly rotating vector
-flips whenever its largest entry changes. A sliding window of adapter snapshots (the last
-horizon/interval + 1 records) makes the local and target deltas exact; nothing of full matrix
-size is ever formed.
-
-Jumps: the record at the jump step s is taken before the jump; afterwards `after_jump`
-replaces its snapshot with the post-jump adapter and recomputes its global triplet, and drops
-the snapshots before s, so every later local delta and target measures RL motion only (pairs
-whose horizon window contains a jump are never formed).
+Record t holds global_t (top triplet of W_t - W_0) and local_t (of W_t - W_{t-interval}); target_t (of
+W_{t+horizon} - W_t) is filled when step t + horizon is recorded. Every triplet's sign is aligned with a
+reference so consecutive records vary continuously. A window of adapter snapshots makes the deltas exact
+without forming a full matrix; `after_jump` re-anchors it, so no pair's horizon contains a jump.
 """
 
 import torch
