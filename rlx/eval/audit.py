@@ -30,11 +30,6 @@ def parse_args(argv: list[str] | None):
     return ap.parse_args(argv)
 
 
-def task_label(overrides: list[str], cfg) -> str:
-    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("task=")]
-    return chosen[-1] if chosen else cfg.task.name
-
-
 def build(overrides: list[str]):
     """(cfg, task) as training builds them, before any model; a refused input raises ValueError naming it."""
     from omegaconf.errors import OmegaConfBaseException
@@ -82,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         examples = audited_examples(task, args.n)
         if not examples:
             raise ValueError("the task has no examples to audit")
-        result = {"task": task_label(args.overrides, cfg), "overrides": list(args.overrides),
+        chosen = [o.split("=", 1)[1] for o in args.overrides if o.startswith("task=")]
+        result = {"task": chosen[-1] if chosen else cfg.task.name, "overrides": list(args.overrides),
                   **audit(task, examples)}
     except (ValueError, FileNotFoundError, RewardFunctionError, WorkerSetupError) as e:
         raise SystemExit(f"rlx-audit: error: {e}") from None

@@ -1,12 +1,6 @@
 """`python -m rlx.eval [RUN_DIR | RUN_DIR/ckpt/step_N | EXPORTED_DIR] [key=value ...] [--k 1,4,16] [--out DIR]`
-(rlx-eval).
-
-Builds the policy exactly as training does (task, chat templates, base, LoRA, the checkpoint's adapter, or an
-exported one: rlx-export),
-the run's rollout engine, and calls rlx.eval.evaluate.run_eval, the function training's val/* metrics come
-from, with the evaluation stream of the checkpoint's step: on a run's last checkpoint it reproduces the
-run's last val/acc (and val/mean_at_k with the same rollout.eval_* settings), on the base its step-0
-evaluation. docs/eval.md.
+(rlx-eval): builds the policy and engine exactly as training does and calls rlx.eval.evaluate.run_eval with the
+checkpoint step's evaluation stream, so it reproduces the run's val/* metrics (docs/eval.md).
 """
 
 from __future__ import annotations

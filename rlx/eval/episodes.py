@@ -2,10 +2,8 @@
 
     python -m rlx.eval.episodes -n 6 experiment=smollm2_wordproblems env=calculator   # SmolLM2 (vLLM) with the calculator
 
-Builds the policy as `rlx.train` would (the SFT base, no RL), the engine, and runs one episode per
-problem (`rollout.temperature`, `rollout.eval_max_new_tokens` or `max_new_tokens` as the budget). Prints
-each transcript (environment tokens in [[...]]), the task's rewards, the trainer-vs-engine |log-prob|
-difference on the policy's tokens (the trainer forwards the whole episode) and the env/* metrics.
+Builds the policy (the SFT base, no RL) and engine as `rlx.train` would and prints one episode per problem
+(environment tokens in [[...]]), its rewards, the trainer-vs-engine |log-prob| difference and env/* metrics.
 """
 
 from __future__ import annotations

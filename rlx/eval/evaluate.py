@@ -1,22 +1,9 @@
 """Held-out evaluation: greedy accuracy and mean@k on every eval set, through the rollout engine.
 
-One function generates and scores every eval set (`run_eval`); training's `evaluate` turns its result
-into the val/* metrics and `python -m rlx.eval` (rlx/eval) into pass@k / maj@k tables, so both run the
-same engine, prompts (chat templates already rendered by the task), sampling settings and rewards.
-
-One set (task.eval empty): `val/acc`, `val/mean_at_k`, `val/k`, as always. Beside the task's verdict
-(`val/acc`: its rewards' pass flag), the benchmark's own readings (rlx.tasks.answers.readings: lm-eval's GSM8K
-`val/strict-match` and `val/flexible-extract` for numeric golds, `val/math-verify` for MATH): a run
-trained on any reward is also scored the way its benchmark is. Named sets (task.eval):
-`val/<name>/acc` and `val/<name>/mean_at_k` for each, and their unweighted mean as `val/acc` and
-`val/mean_at_k` (verl logs `val-core/<source>/...` per source; the mean keeps every reader of
-`val/acc` -- reports, sweeps, the scaling fit -- working).
-
-Generation goes in chunks so that progress can be shown after each (`EvalProgress`): of
-`rollout.eval_chunk` sequences, or by default sized by the speed of the calls so far (about one
-every 30 s, up to the engine's own batch: `next_chunk`). Every row's sampling seed is drawn up front, in the
-order one engine call per pass would draw them, and handed to the engine with the row: a row's tokens
-depend on its seed alone (docs/engine.md), so chunking changes no sample and no metric.
+`run_eval` generates and scores every eval set for training's `Evaluator` (val/* metrics, with the benchmark's
+own readings beside the task's verdict) and for `python -m rlx.eval` alike (docs/eval.md). Generation goes in
+chunks for progress lines; every row's seed is drawn up front, so chunking changes no sample (docs/eval.md,
+"Progress").
 """
 
 from __future__ import annotations
@@ -69,9 +56,8 @@ class SetResult:
 
 
 class EvalProgress:
-    """Sequences done / total, tokens/s and ETA of one evaluation: a tqdm bar when `bar` (None: stderr is
-    a TTY), else log lines, at most one every PROGRESS_EVERY_S seconds (and a last one if any was due). Reports only;
-    nothing it does reaches a sample or a metric."""
+    """Sequences done / total, tokens/s and ETA of one evaluation: a tqdm bar when `bar` (None: stderr is a TTY),
+    else a log line at most every PROGRESS_EVERY_S seconds (and a last one if any was due)."""
 
     def __init__(self, total: int, label: str, show: bool = True, bar: bool | None = None, log=say):
         self.total, self.label, self.show, self.log = total, label, show, log
@@ -121,9 +107,8 @@ def eval_generator(seed: int, step: int) -> torch.Generator:
 
 
 def eval_sampling(rollout, sampling: SamplingParams | None = None) -> tuple[SamplingParams, SamplingParams | None]:
-    """(greedy, sampled) settings of evaluation from rollout.* (`sampling`: the run's training settings,
-    from rollout.* when not given); sampled is None when rollout.eval_k is 0. The values were checked when
-    preflight converted the rollout group (rlx.rollout.config)."""
+    """(greedy, sampled) settings of evaluation from rollout.* (`sampling`: the run's training settings, else
+    from rollout.*); sampled is None when rollout.eval_k is 0."""
     sp = (sampling or SamplingParams.from_config(rollout)).but(max_tokens=rollout.eval_max_new_tokens or rollout.max_new_tokens)
     if rollout.eval_k == 0:
         return sp.but(temperature=0.0), None
@@ -139,19 +124,10 @@ FIRST_CHUNK = 32  # rollout.eval_chunk=0: the first engine call's rows; later ca
 CHUNK_TARGET_S = 3 * PROGRESS_EVERY_S  # ... so that each call (one progress update) takes about this long
 
 
-def chunk_rows(rollout) -> int:
-    """Sequences per engine call at most: rollout.eval_chunk, else what the engine generates at once anyway."""
-    if rollout.eval_chunk > 0:
-        return int(rollout.eval_chunk)
-    return int(rollout.vllm.max_num_seqs if rollout.engine == "vllm" else rollout.batch_size)
-
-
 def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int = 0) -> int:
-    """Rows of the next engine call: `cap` when fixed (rollout.eval_chunk > 0); else FIRST_CHUNK, then
-    as many as the calls so far did in CHUNK_TARGET_S, at least FIRST_CHUNK // 2, and never fewer than
-    `least`, the sequences the engine runs at once (a vLLM engine's KV cache: a smaller call leaves its
-    slots idle); at most `cap`. A slow model (SmolLM2 on a CPU) reports every half minute; a fast one
-    goes at the engine's full batch."""
+    """Rows of the next engine call: `cap` when fixed; else FIRST_CHUNK, then as many as the calls so far did in
+    CHUNK_TARGET_S, at least FIRST_CHUNK // 2 and `least` (the rows the engine runs at once: fewer leave its
+    slots idle), at most `cap`."""
     if fixed:
         return cap
     if rows_done == 0 or seconds <= 0:
@@ -162,15 +138,11 @@ def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int
 def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
                    progress: EvalProgress, fixed: bool = True, cut: list | None = None,
                    episodes: list | None = None) -> list[str]:
-    """n completions per prompt, prompt-major ([len(prompts) * n], as engine.generate(prompts, n) orders
-    them), at most `chunk` rows per engine call (`fixed`: exactly), row i sampled from seeds[i], so
-    the split changes no sample. An engine that reports each finished row itself (`on_finished`: the vLLM
-    engines) gets every row of the pass in one call unless `fixed`: it keeps as many in flight as its KV
-    cache holds and refills each slot as a sequence ends, so no call ends on a tail of a few long sequences,
-    and progress still comes as rows finish. Others get calls sized by speed, never below `concurrency`.
-    `cut`: a list that gets each row's truncation flag (stopped at the token budget; None if the engine's
-    batch does not say), in the texts' order. `episodes`: a list that gets each row's whole completion with the
-    tokens the policy did not sample in [[...]] where the row holds any (multi-turn episodes), else None."""
+    """n completions per prompt, prompt-major ([len(prompts) * n]), at most `chunk` rows per engine call
+    (`fixed`: exactly), row i sampled from seeds[i], so the split changes no sample. An engine that reports
+    finished rows itself (`on_finished`: vLLM) gets the whole pass in one call unless `fixed`: it refills each
+    slot as a sequence ends, so no call ends on a tail of long sequences. `cut` gets each row's truncation flag
+    (None if unknown), `episodes` each row's transcript where it holds environment tokens (else None)."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
     reports = hasattr(engine, "on_finished")
@@ -225,10 +197,9 @@ def _readings(task, examples, texts) -> dict:
 def run_eval(engine, task, rollout, generator: torch.Generator, sampling: SamplingParams | None = None,
              label: str = "[eval]", show: bool = True, bar: bool | None = None,
              by_speed: bool = True) -> list[SetResult]:
-    """Greedy and rollout.eval_k sampled completions of every eval set of `task`, scored by its rewards.
-    All sets go through the engine together; `show`: report progress (rank 0), `bar`: tqdm (None: on a TTY).
-    `by_speed=False`: rollout.eval_chunk=0 means the engine's whole batch, not a size from this process's
-    own timing (N ranks must make the same engine calls: their clocks differ)."""
+    """Greedy and rollout.eval_k sampled completions of every eval set of `task`, scored by its rewards; `show`:
+    report progress, `bar`: tqdm (None: on a TTY). `by_speed=False`: rollout.eval_chunk=0 means the engine's
+    whole batch, not a size from this process's timing (N ranks must make the same calls)."""
     greedy_sp, sampled_sp = eval_sampling(rollout, sampling)
     k = rollout.eval_k if sampled_sp is not None else 0
     names = list(task.eval_sets)
@@ -237,7 +208,9 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
     # the seeds one engine call per pass would draw, in the same order: greedy rows, then sampled rows
     greedy_seeds = draw_seeds(generator, len(prompts))
     sampled_seeds = draw_seeds(generator, len(prompts) * k) if k else []
-    chunk = chunk_rows(rollout)
+    # rows per engine call at most: rollout.eval_chunk, else what the engine generates at once anyway
+    chunk = int(rollout.eval_chunk) if rollout.eval_chunk > 0 else int(
+        rollout.vllm.max_num_seqs if rollout.engine == "vllm" else rollout.batch_size)
     with EvalProgress(len(prompts) * (1 + k), label, show=show, bar=bar) as progress:
         progress.start(f"{len(prompts)} prompts: {len(prompts)} greedy + {k} x {len(prompts)} sampled sequences "
                        f"(up to {greedy_sp.max_tokens} tokens), {chunk} per engine call")
@@ -269,7 +242,7 @@ def run_eval(engine, task, rollout, generator: torch.Generator, sampling: Sampli
 
 
 def val_metrics(results: list[SetResult], named: bool) -> dict:
-    """Training's val/* metrics of `run_eval`'s result (module docstring)."""
+    """Training's val/* metrics of `run_eval`'s result: per set when `named`, and the sets' unweighted mean."""
     per_set = {r.name: {"acc": r.acc, **({"mean_at_k": r.mean_at_k} if r.k else {}), **r.reading_acc()}
                for r in results}
     out = {}
@@ -312,8 +285,7 @@ class Evaluator:
 
     def write(self, step: int, results: list[SetResult], val: dict) -> None:
         """completions.jsonl, results.json and results.md in out_root/step_N, as rlx-eval writes them for the
-        step's checkpoint (the same directory and files): paired per-problem comparisons between any two
-        evaluations of a run (`python -m rlx.eval.paired`) need no second generation."""
+        step's checkpoint, so rlx.eval.paired compares any two evaluations of a run without generating again."""
         from dataclasses import asdict
 
         from rlx.eval.report import summarize, write

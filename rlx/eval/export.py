@@ -1,20 +1,7 @@
 """`python -m rlx.eval.export RUN_OR_CHECKPOINT OUT_DIR` (rlx-export): a LoRA checkpoint as a small directory
-that anyone can load and evaluate again (`rlx-eval OUT_DIR`), e.g. a result's final adapter under docs/runs/.
-
-The source is what rlx-eval reads: a run directory (its newest intact checkpoint) or RUN/ckpt/step_N, verified
-against its manifest. OUT_DIR gets the adapter's tensors cast to bf16 under their checkpoint names
-(`adapter_model.safetensors`, half the checkpoint's fp32 size), PEFT's `adapter_config.json`, the run's
-config (`config.yaml`: the config rlx-eval's `load_config` reads for the source, saved unresolved, so
-`${oc.env:RLX_DATA,...}`-style paths still follow the reader's environment) and `export.json` (format,
-version, source, step, dtype, the base model's cache directory name `base_dir(cfg).name`, and size and
-sha256 of every file; rlx/eval/export_format.py). No optimizer or trainer state. Reading the base's name
-needs no model, but may convert a GGUF base into the cache once (rlx.models.base_dir).
-
-Written into a temp directory beside OUT_DIR, then renamed: OUT_DIR holds a whole export or nothing.
-Refused with `rlx-export: error: ...` (exit status 1) before anything is written: a path that is not a run or
-an intact checkpoint (the bad file named), a full fine-tuning checkpoint (model.finetune=full: the whole model,
-270 MB in bf16 for SmolLM2-135M, is no file for the repository; `rlx-merge` makes an HF directory of it), an
-exported directory, and an OUT_DIR that exists and is not empty.
+that anyone can load and evaluate again (`rlx-eval OUT_DIR`): its adapter in bf16, PEFT's config, the run's
+config (unresolved) and export.json (rlx/eval/export_format.py). Written into a temp directory, then renamed;
+refused before anything is written (docs/eval.md, "Exported adapters").
 """
 
 from __future__ import annotations
@@ -36,12 +23,6 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("source", help="a run directory (its newest intact checkpoint) or RUN/ckpt/step_N")
     ap.add_argument("out", help="the directory to write (absent or empty)")
     return ap.parse_args(argv)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _refuse_out(out: Path) -> None:
@@ -105,7 +86,9 @@ def export(src, cfg, out: Path) -> dict:
             shutil.copyfile(peft_config, tmp / PEFT_CONFIG)
         OmegaConf.save(cfg, tmp / CONFIG, resolve=False)
         info["files"] = {}
-        mode = 0o666 & ~_umask()  # safetensors writes 0600: an export is for others to read
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # safetensors writes 0600: an export is for others to read
         for rel in sorted(p.name for p in tmp.iterdir()):
             os.chmod(tmp / rel, mode)
             _fsync(tmp / rel)

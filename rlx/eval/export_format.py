@@ -1,14 +1,6 @@
 """The exported-adapter directory (written by `rlx-export`, rlx/eval/export.py; read by rlx-eval and rlx-merge):
-a LoRA checkpoint's adapter in bf16, small enough for git, with what it takes to evaluate it again.
-
-    OUT/adapter_model.safetensors   the checkpoint's adapter tensors, same names, cast to bfloat16
-    OUT/adapter_config.json         PEFT's config of the adapter (copied, when the checkpoint has one)
-    OUT/config.yaml                 the run's config, as rlx-eval reads it for the checkpoint
-    OUT/export.json                 format, version, source, step, dtype, the base's cache dir name, and the
-                                    size and sha256 of every other file
-
-No optimizer or trainer state. Reading verifies every file against export.json first (`verify_export`): a
-missing file, or a size or sha256 mismatch, is refused naming the file, before any model is built.
+WEIGHTS (the adapter in bf16), PEFT_CONFIG, CONFIG (the run's) and INFO (export.json: the size and sha256 of
+every other file, checked before any model is built; docs/eval.md, "Exported adapters").
 """
 
 from __future__ import annotations
@@ -65,12 +57,20 @@ def verify_export(path: Path) -> dict:
     return info
 
 
-def read_export(path: Path) -> tuple[dict, dict]:
-    """(export.json, the bf16 adapter tensors by name), verified."""
+@torch.no_grad()
+def load_export(path: Path, policy) -> dict:
+    """Verify `path` and load its adapter into the LoRA `policy` in place, each tensor cast to the dtype of the
+    adapter parameter it fills (bf16 -> fp32 is exact: the policy then holds the bf16 values). Every name and
+    shape is checked before the first copy; returns export.json."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 
+    from rlx.models import has_lora
     from rlx.run.checkpoint import non_finite_params
 
+    if not has_lora(policy):
+        raise ValueError(f"exported adapter {path}: the policy is not a LoRA model (model.finetune=full?); an "
+                         f"exported adapter loads into the LoRA policy of its own config.yaml")
     info = verify_export(path)
     try:
         weights = load_file(str(Path(path) / WEIGHTS))
@@ -79,22 +79,6 @@ def read_export(path: Path) -> tuple[dict, dict]:
     bad = non_finite_params(None, weights)
     if bad:
         raise ExportError(path, WEIGHTS, f"holds non-finite weights: {bad[0][0]} has {bad[0][1]} nan/inf value(s)")
-    return info, weights
-
-
-@torch.no_grad()
-def load_export(path: Path, policy) -> dict:
-    """Verify `path` and load its adapter into the LoRA `policy` in place, each tensor cast to the dtype of the
-    adapter parameter it fills (bf16 -> fp32 is exact: the policy then holds the bf16 values). Every name and
-    shape is checked before the first copy; returns export.json."""
-    from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-    from rlx.models import has_lora
-
-    if not has_lora(policy):
-        raise ValueError(f"exported adapter {path}: the policy is not a LoRA model (model.finetune=full?); an "
-                         f"exported adapter loads into the LoRA policy of its own config.yaml")
-    info, weights = read_export(path)
     want = get_peft_model_state_dict(policy)  # the names save_pretrained gives (the checkpoint's)
     missing, unexpected = sorted(set(want) - set(weights)), sorted(set(weights) - set(want))
     wrong = sorted(n for n in set(want) & set(weights) if want[n].shape != weights[n].shape)

@@ -1,25 +1,7 @@
-"""One answer everywhere: how much of a held-out score a single repeated answer explains (docs/eval.md).
-
-A policy that gives every problem the same number passes every problem whose gold is that number, and every
-reading counts those passes (the task's verdict and lm-eval's alike: "The answer is 1" states 1). On the
-default word problems 15 of the 100 held-out golds are 1 (a story that splits n things into n groups and
-keeps one), so "1" everywhere scores 15%. Word-problem runs learned exactly that: an AQN run that answers
-"The answer is 1" (its every pass is a gold of 1) and a tool run whose template `Liam has 4 - 4 = 1 book
-left.` states 1 for a third of the problems (docs/results.md).
-
-`answer_spread` reads one set's greedy completions:
-- each completion's answer: lm-eval's flexible-extract number when the row has that reading (the number the
-  benchmark reads, as its exact_match compares it: `2,` and `$2.` are 2), else the task's own extraction;
-  compared by rlx.eval.metrics.vote_key (`1`, `1.0` and `**1**` are one answer); no answer is no vote;
-- the mode: the most common answer (ties: the first seen), the problems it was given to, the problems whose
-  gold it is, and the passes (the task's verdict) that are it;
-- `beyond`: the passes on the problems whose gold is not the set's most common gold, over their number: the
-  accuracy left once the best constant guess is taken out, comparable across runs on the same set.
-
-`suspect` marks a mode that explains the score or the answers: over half of at least 2 passes are the mode,
-or the mode was given to at least 15% of the problems and to at least twice as many as it is the gold of (an
-honest solver gives an answer about as often as it is a gold; 15% is the most common gold's share on the word
-problems, so a smaller pattern is within a 100-problem set's spread). It marks; it never changes a score.
+"""One answer everywhere: how much of a held-out score a single repeated answer explains (docs/eval.md, "One
+answer everywhere": the figures, and why `suspect` marks a mode given to MIN_SHARE of the problems and OVER_GOLD
+times as many as it is the gold of). A policy that answers every problem alike passes every problem whose gold
+that answer is, in every reading. It marks; it never changes a score.
 """
 
 from __future__ import annotations
@@ -99,7 +81,7 @@ def best_constant(golds: list[str]) -> tuple[str, int]:
 
 
 def answer_spread(answers: list[str | None], golds: list[str], passed: list[bool]) -> AnswerSpread:
-    """The spread of one set's greedy answers ([P] each; module docstring)."""
+    """The spread of one set's greedy answers ([P] each; answers compared by vote_key, None is no vote)."""
     if not (len(answers) == len(golds) == len(passed)) or not golds:
         raise ValueError(f"answer_spread needs one answer, gold and verdict per problem; got {len(answers)}, "
                          f"{len(golds)}, {len(passed)}")

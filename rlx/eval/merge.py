@@ -1,18 +1,10 @@
 """`python -m rlx.eval.merge RUN[/ckpt/step_N] [key=value ...] --out DIR`: a checkpoint as a plain HF model.
 
-The policy is built as rlx-eval builds it (rlx.eval.cli: the run's config, task, base, LoRA, then the
-checkpoint's adapter through `Checkpointer.load`, verified against its manifest, or an exported adapter's
-(rlx-export), verified against its export.json), the LoRA adapter is merged
-into the base with PEFT's `merge_and_unload`, and the result is saved with its tokenizer (chat template
-included) as a safetensors HF model directory that any HF tool loads (`AutoModelForCausalLM`, lm-eval's
-`--model hf`, TRL, vLLM). A full fine-tuning checkpoint (model.finetune=full) is saved as it is. Written into
-a temp directory beside DIR, then renamed: DIR holds a whole model or nothing. DIR/rlx_merge.json records
-the checkpoint, step and base it came from.
-
-Refused before any model is built (`merge: error: ...`, exit status 1): no path (the base needs no merge: use
-its own directory), a path that is not a run or an intact checkpoint, a quantized base (quant.format other
-than none: a merge into packed 4-bit weights is no plain HF model), a DIR that already exists (unless
---force), and any value rlx-eval refuses.
+The policy is built as rlx-eval builds it (a checkpoint's adapter or an exported one, verified), its LoRA
+merged into the base (PEFT's `merge_and_unload`; a full fine-tuning checkpoint as it is) and saved with its
+tokenizer as a safetensors HF directory, written into a temp directory and renamed; DIR/rlx_merge.json records
+where it came from. Refused before any model is built: no path, a quantized base, an existing DIR (unless
+--force), and anything rlx-eval refuses.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""pass@k, maj@k and mean@n of one eval set's n samples per prompt (and which k to report).
-
-pass@k is the unbiased estimator of Chen et al. (2021, "Evaluating Large Language Models Trained on
-Code", eq. 1): from n samples of which c pass, the probability that at least one of k samples drawn
-without replacement passes, 1 - C(n - c, k) / C(n, k), averaged over prompts. maj@k takes the first k
-samples of each prompt, extracts each one's final answer with the task's own extraction
-(rlx.tasks.answers.final_answer: what the `correct` reward compares), and scores the most frequent
-answer (ties: the one that appears first; an empty answer is no vote) by the pass flag of the first
-sample that gave it. Answers are compared by `vote_key`: without surrounding spaces, markdown emphasis
-and a trailing full stop (rlx.tasks.answers.unwrap), and a plain numeral (`18`, `-3.50`, `1,000`, `.5`,
-`36/2`) by its exact value, so `18`, `18.0`, ` 18 `, `**18**` and `36/2` are one answer. Only plain
-numerals are read, by a regular expression and Fraction (never eval): `1e1`, `2+8` and `0x0A` stay text. mean@n is the mean pass rate over all n samples (the expected pass@1).
+"""pass@k, maj@k and mean@n of one eval set's n samples per prompt, and which k to report (docs/eval.md):
+pass@k is the unbiased estimator of Chen et al. (2021, eq. 1); maj@k votes over the first k samples' final
+answers (rlx.tasks.answers.final_answer) compared by `vote_key`.
 """
 
 from __future__ import annotations
@@ -34,8 +25,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def vote_key(answer: str | None) -> Fraction | str | None:
-    """What maj@k counts as one answer (module docstring): a plain numeral's exact value, else the unwrapped
-    text; None (no vote) for an empty answer."""
+    """What maj@k counts as one answer: a plain numeral's exact value (`18`, `18.0`, `36/2`; read by a regular
+    expression and Fraction, never eval), else the unwrapped text; None (no vote) for an empty answer."""
     text = unwrap(answer) if answer else ""
     if not text:
         return None
@@ -45,7 +36,7 @@ def vote_key(answer: str | None) -> Fraction | str | None:
 
 
 def majority(answers: list[str | None], passed: list[bool]) -> bool:
-    """Whether the majority answer of these samples passes (module docstring); no vote at all: False."""
+    """Whether the most frequent answer (ties: the first seen) passes, by the first sample giving it; no vote: False."""
     keys = [vote_key(a) for a in answers]
     votes = Counter(k for k in keys if k is not None)  # insertion order breaks ties: the first-seen answer wins
     if not votes:

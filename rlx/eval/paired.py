@@ -1,9 +1,8 @@
 """`python -m rlx.eval.paired BASE.jsonl RUN.jsonl [RUN.jsonl ...]`: a run's greedy accuracy against the
 base's on the same problems, from rlx-eval's completions.jsonl files.
 
-The interval is the paired one over problems: d_i = passed_run(i) - passed_base(i) in {-1, 0, 1}, and
-mean(d) +- 1.96 sd(d) / sqrt(n) (normal approximation; n = the eval set's problems). It answers "did
-this run beat the base on these problems", one run at a time; across seeds use rlx.report's interval.
+The interval is the paired one over problems: d_i = passed_run(i) - passed_base(i), mean(d) +- 1.96 sd(d) /
+sqrt(n): "did this run beat the base on these problems", one run at a time (across seeds: rlx.report's).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """`python -m rlx.eval.regrade FILE_OR_RUN ... [--strict] [--md OUT]`: score completions already written
 under today's rules, without generating anything.
 
-Reads rlx-eval's completions.jsonl (each row has its gold) or a training run's completions.jsonl (its
-rows have the rendered prompt only: the gold is looked up by rebuilding the run's task from the config
-in its summary.json, a seeded generator such as wordproblems, or local files). For each file it prints
-the verdict the file recorded (`passed`, under the reward of its day) beside `stated_answer`'s and
-lm-eval's strict-match and flexible-extract readings, and how many recorded passes state no number.
-That is how docs/results.md's earlier figures were corrected (docs/rewards.md, "Re-graded").
+Reads rlx-eval's completions.jsonl (rows with their gold) or a training run's (golds rebuilt from the run's
+task) and prints each file's recorded verdict beside `stated_answer`'s and lm-eval's readings (docs/rewards.md,
+"Re-graded").
 """
 
 from __future__ import annotations

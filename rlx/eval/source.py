@@ -1,12 +1,6 @@
-"""What `rlx-eval` evaluates and with which config, decided before any model is built.
-
-A run directory (its `.hydra/config.yaml` and its newest intact checkpoint, `ckpt/step_N`), one
-checkpoint (`RUN/ckpt/step_N`: the run's config, else the one stored in the checkpoint), an exported
-adapter (`rlx-export`'s directory: its `config.yaml` and bf16 adapter, verified against its `export.json`;
-rlx/eval/export_format.py), or nothing:
-the base model, composed from conf/ with Hydra overrides (`model=smollm2 task=gsm8k ...`). A run's
-config takes `key=value` overrides of its keys (evaluation settings, devices, eval sets), not config
-groups: those compose a new config, which would no longer be the run's.
+"""What `rlx-eval` evaluates and with which config, decided before any model is built: a run directory, one
+checkpoint, an exported adapter, or nothing (the base, composed from conf/ with Hydra overrides). A run's config
+takes `key=value` overrides of its keys, not config groups (docs/eval.md, "What it evaluates").
 """
 
 from __future__ import annotations
@@ -107,15 +101,6 @@ def load_weights(src: Source, policy) -> None:
     Checkpointer.load(src.checkpoint, policy)
 
 
-def _schema() -> DictConfig:
-    """The typed schema exactly as rlx.config registers it for Hydra (free dicts included)."""
-    from hydra.core.config_store import ConfigStore
-
-    import rlx.config  # noqa: F401  (registers the schema)
-
-    return ConfigStore.instance().load("rlx_schema.yaml").node
-
-
 def run_config(saved, overrides: list[str]) -> DictConfig:
     """A run's saved config (a file or a dict), typed by the schema, with `key=value` overrides on top."""
     for o in overrides:
@@ -125,9 +110,14 @@ def run_config(saved, overrides: list[str]) -> DictConfig:
         if key in GROUPS:
             raise ValueError(f"rlx-eval on a run: {o!r} selects a config group, which would compose another config "
                              f"than the run's; override keys instead (e.g. {key}.<key>=...)")
+    from hydra.core.config_store import ConfigStore
+
+    import rlx.config  # noqa: F401  (registers the schema: typed as for Hydra, free dicts included)
+
     loaded = OmegaConf.load(saved) if isinstance(saved, (str, Path)) else OmegaConf.create(saved)
     try:
-        return OmegaConf.merge(_schema(), loaded, OmegaConf.from_dotlist(overrides))
+        schema = ConfigStore.instance().load("rlx_schema.yaml").node
+        return OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(overrides))
     except Exception as e:  # omegaconf names the key and the value
         raise ValueError(f"config of the run with overrides {overrides}: {e}") from None
 
