@@ -1,7 +1,5 @@
-"""The `extrapolation.*` schema and every check of a single value (`__post_init__`, run by rlx.config.preflight).
-
-The jump steps against train.steps are checked where the extrapolator is built (rlx.extrapolation.extrapolator).
-"""
+"""The `extrapolation.*` schema and every check of a single value (`__post_init__`, run by rlx.config.preflight);
+the jump steps against train.steps are checked where the extrapolator is built (rlx.extrapolation.extrapolator)."""
 
 import math
 from dataclasses import dataclass, field

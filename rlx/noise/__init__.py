@@ -1,7 +1,6 @@
 """noise group: Adaptive Quantization Noise (QeRL) on norm weights, on a K-stage schedule.
 
-`build_noise(cfg, total_steps, seed)` returns a NoiseInjector (type `aqn`) or None (type `none`);
-`sigma_at(step, total_steps, cfg)` gives (sigma, stage) for any registered schedule.
+`build_noise(cfg, total_steps, seed)` -> NoiseInjector (type `aqn`) or None; `sigma_at` -> (sigma, stage).
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ NOISE_TYPES: dict[str, Callable[..., NoiseInjector | None]] = {"none": lambda cf
 
 
 def build_noise(cfg, total_steps: int, seed: int) -> NoiseInjector | None:
-    """The injector for `cfg.type` (None for `none`); the config's values were checked by NoiseConfig, the
-    schedule against `total_steps` is checked here."""
+    """The injector for `cfg.type` (None for `none`); the schedule against `total_steps` is checked here."""
     return NOISE_TYPES[cfg.type](cfg, total_steps, seed)  # the name was checked by NoiseConfig
 
 

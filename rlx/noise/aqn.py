@@ -1,12 +1,8 @@
 """Adaptive Quantization Noise (QeRL): seeded channel-wise Gaussian noise on RMSNorm weights.
 
-At step s the injector sets every target norm weight w [C] to dtype(w + sigma_s * z) with
-z ~ N(0, 1) [C], one draw per channel, taken fresh from a generator seeded by (seed, step, norm
-key). The clean w is copied at apply time and written back at restore time, so noise never
-accumulates, training updates to w between steps are picked up, and a resumed run draws the
-same noise from (seed, step) alone. Because RMSNorm(x) = x_hat * w feeds q/k/v (input_layernorm)
-and gate/up (post_attention_layernorm), the noise equals scaling input column j of those weights
-by (w_j + z_j) / w_j: multiplicative noise at no memory cost.
+At step s each target norm weight w [C] becomes dtype(w + sigma_s * z), z ~ N(0, 1) [C] drawn from a
+generator seeded by (seed, step, norm key); the clean w is copied at apply and written back at restore,
+so noise never accumulates and a resumed run draws the same noise. Why the norm: docs/noise.md.
 """
 
 from __future__ import annotations
@@ -69,9 +65,8 @@ class NoiseInjector:
     def apply(self, model: nn.Module, step: int) -> dict[str, float]:
         """Add sigma(step) * z to each target norm weight on top of a fresh clean copy; return metrics.
 
-        Metrics: noise/sigma, noise/stage, and noise/changed_frac, the fraction of weight entries
-        whose value actually changed after rounding to the weight dtype (in bf16 a small z on a
-        weight near 1 rounds away). At sigma = 0 nothing is touched and nothing needs restoring.
+        noise/changed_frac: the share of entries that changed after rounding to the weight's dtype (in bf16 a
+        small z on a weight near 1 rounds away). At sigma = 0 nothing is touched.
         """
         if self._active is not None:
             raise RuntimeError(f"AQN noise from step {self._active_step} is still applied; call restore() before apply()")
@@ -107,11 +102,9 @@ class NoiseInjector:
 
     @torch.no_grad()
     def restore(self, model: nn.Module | None = None) -> None:
-        """Write the clean weights back bitwise. A no-op when no noise is applied.
+        """Write the clean weights back bitwise (no-op when clean); `model`, if given, must hold them.
 
-        If `model` is given it must hold the weights the noise was applied to. With a training
-        forward under noise, restore only after backward: autograd then still sees the noisy
-        weights it saved (restoring earlier makes backward fail with an in-place error).
+        Under a noisy training forward, restore only after backward: autograd saved the noisy weights.
         """
         if self._active is None:
             return
@@ -138,9 +131,7 @@ class NoiseInjector:
     def is_clean(self, model: nn.Module) -> bool:
         """True iff every target norm weight holds its clean value bitwise, as far as this injector knows.
 
-        While noise is applied that is the copy taken at apply time; afterwards, the value restore()
-        wrote, unless the weight has since been updated in place (e.g. an optimizer step on trainable
-        norms: its version counter moved), which then counts as the new clean value.
+        After restore, a weight updated in place since (its version counter moved) counts as the new clean value.
         """
         self.sites(model)  # the model must have the target norms
         if self._active is not None:

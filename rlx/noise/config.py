@@ -1,6 +1,5 @@
-"""The `noise.*` schema (AQN) and every check of a single noise value (`__post_init__`, run when
-rlx.config.preflight converts the composed node); registered by rlx.config. The schedule against the run's
-length (train.steps) is checked where the injector is built (rlx.noise.aqn)."""
+"""The `noise.*` schema (AQN) and every check of a single value (`__post_init__`, run by rlx.config.preflight);
+the schedule against train.steps is checked where the injector is built (rlx.noise.aqn)."""
 
 import math
 from dataclasses import dataclass, field

@@ -1,10 +1,8 @@
 """Find the norm weights AQN perturbs, by module name, through any wrapper prefix.
 
-A decoder block is a module named `...layers.<i>`; a target (e.g. `input_layernorm`) names a
-module by its path inside the block (`layers.<i>.input_layernorm`), so prefixes such as PEFT's
-`base_model.model.` or torch.compile's `_orig_mod.` do not matter. The final norm is the module
-whose last name component is `norm` and that lies outside every block (`model.norm` in Qwen2).
-Each site's key is its name from `layers.` on (or `norm`): the same with and without wrappers.
+A target names a module by its path inside a decoder block `...layers.<i>`, so prefixes (PEFT's
+`base_model.model.`, torch.compile's `_orig_mod.`) do not matter; the final norm is the `...norm` outside
+every block. A site's key is its name from `layers.` on (or `norm`): the same with and without wrappers.
 """
 
 from __future__ import annotations
@@ -22,11 +20,8 @@ FINAL_NORM_KEY = "norm"
 
 @dataclass(frozen=True)
 class NormSite:
-    """One norm AQN perturbs: every 1-D weight at or under the matched module gets the same noise.
-
-    A plain RMSNorm holds one weight; a PEFT `ModulesToSaveWrapper` (trainable norms) holds the
-    frozen original and the trainable copy, and both get the same noise so that either forward
-    path (adapter on or off) sees it.
+    """One norm AQN perturbs: every 1-D weight under the module gets the same noise (a PEFT ModulesToSaveWrapper
+    holds the frozen original and the trainable copy: either forward path sees it).
     """
 
     key: str  # wrapper-independent name, e.g. "layers.3.input_layernorm" or "norm"
@@ -56,9 +51,9 @@ def _matches(relative: str, target: str) -> bool:
 
 
 def find_norm_sites(model: nn.Module, targets, include_final_norm: bool = False) -> list[NormSite]:
-    """The norms named by `targets` in every decoder block (plus the final norm if asked), in model order.
-    Raises ValueError when the model has no decoder blocks, a target is missing from some block,
-    or the final norm is asked for and is not exactly one module."""
+    """The norms named by `targets` in every decoder block (plus the final norm if asked), in model order;
+    ValueError when there are no blocks, a block lacks a target, or the final norm is not exactly one module.
+    """
     targets = [str(t) for t in targets]
     if not targets and not include_final_norm:
         raise ValueError("noise.targets is empty and include_final_norm is false: nothing to perturb")

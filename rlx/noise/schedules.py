@@ -1,17 +1,8 @@
 """AQN noise schedules: the noise scale sigma for a training step, chosen by a registered name.
 
-Every schedule splits training into K = cfg.stages equal intervals ("stages"); step s of T lies in
-stage k = min(floor(s * K / T), K - 1). The staged schedules (exponential, linear, cosine) keep
-stage 0 noise-free and hold one sigma per stage for stages 1..K-1, going from sigma_start at stage
-1 to sigma_end at stage K-1 (both inclusive) along t = (k - 1) / (K - 2):
-
-    exponential: sigma_start * (sigma_end / sigma_start) ** t        (geometric, QeRL)
-    linear:      sigma_start + (sigma_end - sigma_start) * t
-    cosine:      sigma_end + (sigma_start - sigma_end) * (1 + cos(pi * t)) / 2
-
-With K = 2 the single noisy stage uses sigma_start. `constant` is sigma_start at every step, stage
-0 included (no noise-free stage); its reported stage is still the interval index, for logging.
-Steps at or past T count as the last stage (a run extended beyond its plan keeps sigma_end).
+Training splits into K = cfg.stages equal intervals, stage k = min(floor(s * K / T), K - 1); steps past T
+stay in the last. Staged schedules keep stage 0 noise-free and run from sigma_start (stage 1) to sigma_end
+(stage K-1) along t = (k - 1) / (K - 2); `constant` is sigma_start everywhere. Formulas: docs/noise.md.
 """
 
 from __future__ import annotations
@@ -23,18 +14,6 @@ from typing import Callable
 StageCurve = Callable[[float, float, float], float]
 # (step, total_steps, cfg) -> (sigma, stage)
 SigmaSchedule = Callable[[int, int, object], tuple[float, int]]
-
-
-def _geometric(sigma_start: float, sigma_end: float, t: float) -> float:
-    return sigma_start * (sigma_end / sigma_start) ** t
-
-
-def _linear(sigma_start: float, sigma_end: float, t: float) -> float:
-    return sigma_start + (sigma_end - sigma_start) * t
-
-
-def _cosine(sigma_start: float, sigma_end: float, t: float) -> float:
-    return sigma_end + (sigma_start - sigma_end) * 0.5 * (1.0 + math.cos(math.pi * t))
 
 
 def stage_of(step: int, total_steps: int, stages: int) -> int:
@@ -66,9 +45,9 @@ def _constant(step: int, total_steps: int, cfg) -> tuple[float, int]:
 
 
 SCHEDULES: dict[str, SigmaSchedule] = {
-    "exponential": _staged(_geometric),
-    "linear": _staged(_linear),
-    "cosine": _staged(_cosine),
+    "exponential": _staged(lambda start, end, t: start * (end / start) ** t),  # geometric (QeRL)
+    "linear": _staged(lambda start, end, t: start + (end - start) * t),
+    "cosine": _staged(lambda start, end, t: end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * t))),
     "constant": _constant,
 }
 
