@@ -1,6 +1,5 @@
 """`python -m rlx.eval.audit [key=value ...] [--n 50] [--json OUT]` (rlx-audit): which known reward hacks a
-reward set pays for, checked before (and without) any model (the hack classes: rlx.tasks.hacks; the verdict:
-rlx.tasks.audit). The command sits above the config it composes, as training composes it."""
+reward set pays for (rlx.tasks.audit), on the config composed as training composes it, without any model."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ def build(overrides: list[str]):
         chat_prompts = bool(cfg.model.get("chat_prompts", False))
     except OmegaConfBaseException as e:  # a mandatory key left unset (???), a bad interpolation: named
         raise ValueError(f"{e}".splitlines()[0]) from None
-    # chat prompts as training renders them (Task.render_chat, which needs the tokenizer): stated_answer's loose
-    # reading is on for them unless task.answer_phrase says otherwise
+    # chat prompts (rendered in training): stated_answer's loose reading is on for them unless task.answer_phrase
     task.chat = chat_prompts or any(e.messages is not None for e in task.train + task.eval)
     return cfg, task
 
@@ -62,8 +60,7 @@ def close(task) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command: prints the table and returns the exit code (0 ok, 1 paid, 2 broken); a refused input
-    exits with `rlx-audit: error: ...` before anything is scored."""
+    """The command: prints the table, returns the exit code (0 ok, 1 paid, 2 broken); refusals exit first."""
     from rlx.run.logging import write_text_atomic
     from rlx.tasks.user_rewards import RewardFunctionError
     from rlx.tasks.workers import WorkerSetupError

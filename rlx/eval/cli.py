@@ -1,7 +1,5 @@
 """`python -m rlx.eval [RUN_DIR | RUN_DIR/ckpt/step_N | EXPORTED_DIR] [key=value ...] [--k 1,4,16] [--out DIR]`
-(rlx-eval): builds the policy and engine exactly as training does and calls rlx.eval.evaluate.run_eval with the
-checkpoint step's evaluation stream, so it reproduces the run's val/* metrics (docs/eval.md).
-"""
+(rlx-eval): training's policy, engine and run_eval, so it reproduces the run's val/* metrics (docs/eval.md)."""
 
 from __future__ import annotations
 
@@ -53,7 +51,6 @@ def build(cfg, src: Source, trainer):
     from rlx.models import base_dir, build_policy
     from rlx.rollout import build_engine, max_sequence_len
     from rlx.tasks import build_task
-
     from rlx.envs import env_task
 
     seed_everything(cfg.seed)
@@ -92,7 +89,7 @@ def prepare(argv: list[str] | None = None):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """The command: a refused input exits with its message (no traceback) before any model is built."""
+    """The command: a refused input exits with its message before any model is built."""
     try:
         prepared = prepare(argv)
     except (ValueError, FileNotFoundError) as e:

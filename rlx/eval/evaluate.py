@@ -1,9 +1,5 @@
-"""Held-out evaluation: greedy accuracy and mean@k on every eval set, through the rollout engine.
-
-`run_eval` generates and scores every eval set for training's `Evaluator` (val/* metrics, with the benchmark's
-own readings beside the task's verdict) and for `python -m rlx.eval` alike (docs/eval.md). Generation goes in
-chunks for progress lines; every row's seed is drawn up front, so chunking changes no sample (docs/eval.md,
-"Progress").
+"""Held-out evaluation through the rollout engine: `run_eval` generates and scores every eval set, for training's
+`Evaluator` (val/*) and `python -m rlx.eval` alike; chunked for progress, which changes no sample (docs/eval.md).
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ class SetResult:
     # the benchmark's own readings (rlx.tasks.answers.readings), beside the task's verdict: {reading: [{answer, passed}]}
     greedy_readings: dict | None = None  # each list [P]
     samples_readings: dict | None = None  # each list [P * k]
-    # multi-turn episodes (env=...): each greedy row's whole completion, the environment's tokens in [[...]]
-    # (rlx.envs.engine.transcript); `greedy` holds only the last turn, the answer the rewards score
+    # multi-turn episodes: each greedy row's transcript (rlx.envs.engine.transcript); `greedy` holds the last turn
     greedy_episodes: list[str] | None = None  # [P]
 
     def reading_acc(self) -> dict[str, float]:
@@ -107,8 +102,7 @@ def eval_generator(seed: int, step: int) -> torch.Generator:
 
 
 def eval_sampling(rollout, sampling: SamplingParams | None = None) -> tuple[SamplingParams, SamplingParams | None]:
-    """(greedy, sampled) settings of evaluation from rollout.* (`sampling`: the run's training settings, else
-    from rollout.*); sampled is None when rollout.eval_k is 0."""
+    """(greedy, sampled) settings from rollout.* over `sampling` (training's); sampled None when eval_k is 0."""
     sp = (sampling or SamplingParams.from_config(rollout)).but(max_tokens=rollout.eval_max_new_tokens or rollout.max_new_tokens)
     if rollout.eval_k == 0:
         return sp.but(temperature=0.0), None
@@ -125,9 +119,8 @@ CHUNK_TARGET_S = 3 * PROGRESS_EVERY_S  # ... so that each call (one progress upd
 
 
 def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int = 0) -> int:
-    """Rows of the next engine call: `cap` when fixed; else FIRST_CHUNK, then as many as the calls so far did in
-    CHUNK_TARGET_S, at least FIRST_CHUNK // 2 and `least` (the rows the engine runs at once: fewer leave its
-    slots idle), at most `cap`."""
+    """Rows of the next engine call: `cap` when fixed; else FIRST_CHUNK, then what the calls so far did in
+    CHUNK_TARGET_S, at least FIRST_CHUNK // 2 and `least` (the engine's concurrent rows), at most `cap`."""
     if fixed:
         return cap
     if rows_done == 0 or seconds <= 0:
@@ -138,11 +131,10 @@ def next_chunk(cap: int, fixed: bool, rows_done: int, seconds: float, least: int
 def generate_texts(engine, prompts: list, n: int, sp: SamplingParams, seeds: list[int], chunk: int,
                    progress: EvalProgress, fixed: bool = True, cut: list | None = None,
                    episodes: list | None = None) -> list[str]:
-    """n completions per prompt, prompt-major ([len(prompts) * n]), at most `chunk` rows per engine call
-    (`fixed`: exactly), row i sampled from seeds[i], so the split changes no sample. An engine that reports
-    finished rows itself (`on_finished`: vLLM) gets the whole pass in one call unless `fixed`: it refills each
-    slot as a sequence ends, so no call ends on a tail of long sequences. `cut` gets each row's truncation flag
-    (None if unknown), `episodes` each row's transcript where it holds environment tokens (else None)."""
+    """n completions per prompt, prompt-major ([len(prompts) * n]), at most `chunk` rows per engine call (`fixed`:
+    exactly), row i sampled from seeds[i]. An engine that reports finished rows (`on_finished`: vLLM) refills its
+    slots itself, so it gets the whole pass unless `fixed`. `cut` / `episodes` get each row's truncation flag /
+    transcript (None: unknown / no environment tokens)."""
     rows = [q for q in prompts for _ in range(n)]  # one engine row each: chunks may end inside a prompt's samples
     texts: list[str] = []
     reports = hasattr(engine, "on_finished")
@@ -187,8 +179,7 @@ def _scored(task, examples, texts, cut: list | None = None) -> tuple[list[bool],
 
 
 def _readings(task, examples, texts) -> dict:
-    """The benchmark's readings of these completions: fixed by the benchmark (task.readings, else by the
-    golds), never by the training reward."""
+    """The benchmark's readings of these completions (task.readings, else by the golds), never the reward's."""
     from rlx.tasks.answers.readings import read, readings_for
 
     return read(readings_for(examples, task.cfg.get("readings")), texts, [e.answer for e in examples])
@@ -261,8 +252,7 @@ def val_metrics(results: list[SetResult], named: bool) -> dict:
 
 @dataclass
 class Evaluator:
-    """Held-out evaluation as training runs it, bound at build: greedy accuracy and mean@k on the task's
-    eval sets with the current policy, never under AQN noise."""
+    """Held-out evaluation as training runs it, with the current policy, never under AQN noise."""
 
     task: object
     rollout: object  # the rollout config node (budget, eval_k, chunking)

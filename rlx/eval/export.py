@@ -1,7 +1,5 @@
 """`python -m rlx.eval.export RUN_OR_CHECKPOINT OUT_DIR` (rlx-export): a LoRA checkpoint as a small directory
-that anyone can load and evaluate again (`rlx-eval OUT_DIR`): its adapter in bf16, PEFT's config, the run's
-config (unresolved) and export.json (rlx/eval/export_format.py). Written into a temp directory, then renamed;
-refused before anything is written (docs/eval.md, "Exported adapters").
+that anyone can evaluate again (`rlx-eval OUT_DIR`; rlx/eval/export_format.py; docs/eval.md, "Exported adapters").
 """
 
 from __future__ import annotations

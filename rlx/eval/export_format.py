@@ -1,7 +1,5 @@
-"""The exported-adapter directory (written by `rlx-export`, rlx/eval/export.py; read by rlx-eval and rlx-merge):
-WEIGHTS (the adapter in bf16), PEFT_CONFIG, CONFIG (the run's) and INFO (export.json: the size and sha256 of
-every other file, checked before any model is built; docs/eval.md, "Exported adapters").
-"""
+"""The exported-adapter directory of `rlx-export` (rlx/eval/export.py; docs/eval.md, "Exported adapters"): WEIGHTS
+(bf16), PEFT_CONFIG, CONFIG and INFO, whose sizes and sha256 are checked before any model is built."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ def is_export(path: Path) -> bool:
 
 
 def verify_export(path: Path) -> dict:
-    """export.json of `path` after checking every file it lists (size, sha256); raises ExportError naming
-    the first bad file."""
+    """export.json of `path` after checking every file it lists; ExportError names the first bad one."""
     from rlx.run.checkpoint import check_entries, check_files
 
     path = Path(path)
@@ -59,9 +56,8 @@ def verify_export(path: Path) -> dict:
 
 @torch.no_grad()
 def load_export(path: Path, policy) -> dict:
-    """Verify `path` and load its adapter into the LoRA `policy` in place, each tensor cast to the dtype of the
-    adapter parameter it fills (bf16 -> fp32 is exact: the policy then holds the bf16 values). Every name and
-    shape is checked before the first copy; returns export.json."""
+    """Verify `path` and load its adapter into the LoRA `policy` in place, each tensor cast to its parameter's
+    dtype (bf16 -> fp32 is exact), every name and shape checked before the first copy; returns export.json."""
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file
 

@@ -1,7 +1,5 @@
-"""One answer everywhere: how much of a held-out score a single repeated answer explains (docs/eval.md, "One
-answer everywhere": the figures, and why `suspect` marks a mode given to MIN_SHARE of the problems and OVER_GOLD
-times as many as it is the gold of). A policy that answers every problem alike passes every problem whose gold
-that answer is, in every reading. It marks; it never changes a score.
+"""One answer everywhere: how much of a held-out score a single repeated answer explains; it marks, never
+changes a score (docs/eval.md, "One answer everywhere": the figures, and why MIN_SHARE and OVER_GOLD).
 """
 
 from __future__ import annotations
@@ -61,8 +59,7 @@ def _plain(key) -> str:
 
 
 def row_answer(row: dict) -> str | None:
-    """A completions.jsonl row's answer: its flexible-extract reading (lm-eval-normalized), else the task's
-    extraction."""
+    """A completions.jsonl row's answer: its flexible-extract reading (normalized), else the task's extraction."""
     reading = (row.get("readings") or {}).get(FLEXIBLE)
     if reading:  # lm-eval's raw match (`2,` from "2, 2, 2"): compared after gsm8k.yaml's regexes_to_ignore
         answer = None if reading.get("answer") in (None, INVALID) else normalized(str(reading["answer"]))
@@ -72,8 +69,7 @@ def row_answer(row: dict) -> str | None:
 
 
 def best_constant(golds: list[str]) -> tuple[str, int]:
-    """(the most common gold in plain form, how many problems have it): answering it everywhere passes exactly
-    those, in every reading (ties: the first seen)."""
+    """(the most common gold in plain form, how many problems have it; ties: the first seen)."""
     if not golds:
         raise ValueError("best_constant needs at least one gold")
     key, count = Counter(vote_key(g) for g in golds).most_common(1)[0]

@@ -1,10 +1,7 @@
 """`python -m rlx.eval.merge RUN[/ckpt/step_N] [key=value ...] --out DIR`: a checkpoint as a plain HF model.
 
-The policy is built as rlx-eval builds it (a checkpoint's adapter or an exported one, verified), its LoRA
-merged into the base (PEFT's `merge_and_unload`; a full fine-tuning checkpoint as it is) and saved with its
-tokenizer as a safetensors HF directory, written into a temp directory and renamed; DIR/rlx_merge.json records
-where it came from. Refused before any model is built: no path, a quantized base, an existing DIR (unless
---force), and anything rlx-eval refuses.
+The policy is built as rlx-eval builds it, its LoRA merged into the base (PEFT's `merge_and_unload`) and saved
+with its tokenizer as a safetensors HF directory (a temp directory, renamed); DIR/rlx_merge.json says whence.
 """
 
 from __future__ import annotations

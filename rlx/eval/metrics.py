@@ -1,7 +1,5 @@
-"""pass@k, maj@k and mean@n of one eval set's n samples per prompt, and which k to report (docs/eval.md):
-pass@k is the unbiased estimator of Chen et al. (2021, eq. 1); maj@k votes over the first k samples' final
-answers (rlx.tasks.answers.final_answer) compared by `vote_key`.
-"""
+"""pass@k (the unbiased estimator of Chen et al. 2021, eq. 1), maj@k and mean@n of one eval set's n samples per
+prompt, and which k to report (docs/eval.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """`python -m rlx.eval.regrade FILE_OR_RUN ... [--strict] [--md OUT]`: score completions already written
 under today's rules, without generating anything.
 
-Reads rlx-eval's completions.jsonl (rows with their gold) or a training run's (golds rebuilt from the run's
-task) and prints each file's recorded verdict beside `stated_answer`'s and lm-eval's readings (docs/rewards.md,
-"Re-graded").
+rlx-eval's completions.jsonl, or a training run's (golds rebuilt from its task); docs/rewards.md, "Re-graded".
 """
 
 from __future__ import annotations
@@ -15,10 +13,6 @@ from pathlib import Path
 from rlx.tasks.answers.readings import FLEXIBLE, STRICT, read
 from rlx.tasks.base import Example
 from rlx.tasks.answers.stated import numeric_gold, read_stated
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _user_text(prompt: str) -> str:
@@ -56,7 +50,7 @@ def load(target: Path, overrides: list[str] | None = None) -> tuple[list[dict], 
     path = target / "completions.jsonl" if target.is_dir() else target
     if not path.is_file():
         raise FileNotFoundError(f"{target}: no completions.jsonl")
-    rows = _rows(path)
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if rows and "gold" in rows[0]:
         return [r for r in rows if r.get("kind", "greedy") == "greedy"], "rlx-eval greedy completions"
     golds = golds_from_run(path.parent, overrides)
@@ -70,8 +64,7 @@ def load(target: Path, overrides: list[str] | None = None) -> tuple[list[dict], 
 
 
 def regrade(rows: list[dict], loose: bool = True) -> dict:
-    """Counts over the rows: recorded passes, stated_answer's, strict-match's and flexible-extract's, and the
-    recorded passes that state no number (by flaw)."""
+    """Passes over the rows: recorded, stated_answer's, each reading's, and recorded ones that fail (by flaw)."""
     texts, golds = [r["completion"] for r in rows], [r["gold"] for r in rows]
     readings = read([STRICT, FLEXIBLE], texts, golds)
     out = {"rows": len(rows), "recorded": 0, "stated": 0, STRICT: 0, FLEXIBLE: 0, "recorded_unstated": {}}

@@ -1,6 +1,5 @@
-"""rlx-eval's outputs: results.json (every figure), results.md (the table), completions.jsonl (every
-completion with its prompt, reward, the task's verdict, extracted answer, gold answer and the benchmark's
-readings)."""
+"""rlx-eval's outputs: results.json (every figure), results.md (the table), completions.jsonl (every completion
+with its prompt, reward, verdict, answer, gold and readings)."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def greedy_spread(r) -> dict:
 
 
 def markdown(report: dict) -> str:
-    """One row per eval set: prompts, greedy accuracy (the task's verdict), the benchmark's readings of the
-    greedy completions (rlx.tasks.answers.readings), mean@n, pass@k and maj@k for every k."""
+    """One row per eval set: prompts, greedy accuracy, the benchmark's readings, mean@n, pass@k and maj@k."""
     sets, n, ks = report["sets"], report["sampling"]["n"], report["ks"]
     readings = sorted({k for m in sets.values() for k in m.get("readings", {})})
     head = ["set", "prompts", "greedy acc"] + [f"greedy {r}" for r in readings] + ([f"mean@{n}"] + [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks]

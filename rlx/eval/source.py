@@ -1,7 +1,5 @@
-"""What `rlx-eval` evaluates and with which config, decided before any model is built: a run directory, one
-checkpoint, an exported adapter, or nothing (the base, composed from conf/ with Hydra overrides). A run's config
-takes `key=value` overrides of its keys, not config groups (docs/eval.md, "What it evaluates").
-"""
+"""What `rlx-eval` evaluates and with which config, decided before any model is built: a run, a checkpoint, an
+exported adapter or the base (docs/eval.md, "What it evaluates")."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ class Source:
 
 
 def split_args(args: list[str]) -> tuple[str | None, list[str]]:
-    """(the source path or None, the overrides): an argument that names an existing path, or has no '=', is
-    the source (at most one)."""
+    """(the source path or None, the overrides): the source is an existing path or an argument without '='."""
     paths = [a for a in args if Path(a).exists() or ("=" not in a and not a.startswith(("+", "~")))]
     if len(paths) > 1:
         raise ValueError(f"rlx-eval takes one run directory or checkpoint, got {paths}")
@@ -89,8 +86,7 @@ def resolve(path: str | None) -> Source:
 
 
 def load_weights(src: Source, policy) -> None:
-    """The source's trained weights into `policy` in place, verified again first: a checkpoint's adapter (or
-    full model), or an exported bf16 adapter cast to the dtype of the policy's adapter parameters."""
+    """The source's trained weights (a checkpoint's, or an exported adapter) into `policy`, verified again."""
     if src.kind == "export":
         from rlx.eval.export_format import load_export
 

@@ -12,9 +12,8 @@ FILE_TASKS = ("file",)
 
 
 def check_task_config(cfg) -> None:
-    """What can be checked of task.* without reading data: the task name, every reward entry
-    (registered, or an importable function with TRL's signature), task.holdout (file tasks only) and a
-    file task's paths. Called before any model is built."""
+    """What can be checked of task.* before any model, without reading data: the name, every reward entry,
+    task.holdout (file tasks only) and a file task's paths."""
     if cfg.name == "jsonl":
         raise ValueError("task.name=jsonl: the file task is named 'file' now (task.name=file, or task=gsm8k / task=math)")
     if cfg.name not in TASKS:

@@ -1,8 +1,6 @@
-"""Which known reward hacks a reward set pays for, checked before (and without) any model; the command is
-rlx-audit (rlx.eval.audit). Every completion goes through `Task.score` / `total_reward` / `passed`, as in
-training. A class is PAID when one of its completions beats every honest WRONG answer to the example (not 0:
-a format bonus is no hack); an honest CORRECT answer must beat them on every example, else the audit is
-BROKEN (docs/rewards.md, "The reward audit").
+"""Which known reward hacks a reward set pays for, scored as training scores (rlx-audit: rlx.eval.audit). A class
+is PAID when a completion beats every honest WRONG answer to its example (not 0: a format bonus is no hack); an
+honest CORRECT answer must beat them everywhere, else the audit is BROKEN (docs/rewards.md, "The reward audit").
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Task interface: seeded train / held-out splits (and named eval sets), a deterministic sampler with
-a resumable position, and scoring through named reward functions (rlx.tasks.rewards: registered;
-rlx.tasks.user_rewards: by import path)."""
+"""Task interface: seeded train / held-out splits (and named eval sets), a deterministic resumable sampler, and
+scoring through named reward functions (registered: rlx.tasks.rewards; by import path: rlx.tasks.user_rewards)."""
 
 from __future__ import annotations
 
@@ -164,8 +163,7 @@ class Task:
     # ---- scoring --------------------------------------------------------------------------
     @property
     def answer_phrase(self) -> bool:
-        """stated_answer's loose reading ("the answer is N", the final line): task.answer_phrase, else on for
-        chat prompts."""
+        """stated_answer's loose reading: task.answer_phrase, else on for chat prompts."""
         given = self.cfg.get("answer_phrase")
         return self.chat if given is None else bool(given)
 
@@ -212,8 +210,7 @@ class Task:
         return out
 
     def reward_stats(self) -> dict[str, int]:
-        """Bounded-reward events since the last call (math_verify and import-path functions together):
-        timeouts, refused inputs, worker errors."""
+        """Bounded-reward events (timeouts, refused inputs, worker errors) since the last call."""
         stats: dict[str, int] = {}
         for worker in (self.verifier, self.user_rewards):
             if worker is not None:
@@ -223,8 +220,7 @@ class Task:
 
     @staticmethod
     def passed(per_fn: dict[str, list[float]]) -> list[bool]:
-        """Whether each completion solved its problem: any configured correctness verifier says so
-        (exact `correct`, `stated_answer` or `math_verify`); else reward > 0."""
+        """Whether each completion solved its problem: `correct`, `stated_answer` or `math_verify` 1, else reward>0."""
         checks = [per_fn[name] for name in ("correct", "stated_answer", "math_verify") if name in per_fn]
         n = len(next(iter(per_fn.values())))
         if checks:

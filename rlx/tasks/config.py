@@ -76,32 +76,27 @@ class TaskConfig:
                 "as val/acc, val/mean_at_k; empty = one set, the held-out split, logged as val/acc only"})
 
     def check(self) -> None:
-        """Not in __post_init__: the schema's own default object holds `rewards` as an unresolved
-        interpolation; the composed, resolved node is checked when as_config converts it."""
-        _check_task(self)
+        """Not in __post_init__: the schema's default holds `rewards` unresolved; as_config checks the composed one."""
+        from rlx.tasks import FILE_TASKS, check_task_config
 
+        file_task, n_train, n_eval, timeout = self.name in FILE_TASKS, self.n_train, self.n_eval, self.reward_timeout_s
+        for ok, key, why, value in (
+                (file_task or n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task", n_train),
+                (file_task or n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all rows only "
+                                                          "for file tasks)", n_eval),
+                (n_train >= 0, "task.n_train", "must be >= 0", n_train),
+                (n_eval >= 0, "task.n_eval", "must be >= 0", n_eval),
+                (timeout > 0 and math.isfinite(timeout), "task.reward_timeout_s", "must be > 0", timeout)):
+            if not ok:
+                raise ValueError(f"{key} {why}; got {value!r}")
+        if self.readings is not None:
+            from rlx.tasks.answers.readings import READINGS
 
-def _check_task(t: TaskConfig) -> None:
-    from rlx.tasks import FILE_TASKS, check_task_config
-
-    file_task = t.name in FILE_TASKS
-    for ok, key, why, value in (
-            (file_task or t.n_train >= 1, "task.n_train", "must be >= 1 for a synthetic task", t.n_train),
-            (file_task or t.n_eval >= 1, "task.n_eval", "must be >= 1 for a synthetic task (0 means all rows only "
-                                                        "for file tasks)", t.n_eval),
-            (t.n_train >= 0, "task.n_train", "must be >= 0", t.n_train),
-            (t.n_eval >= 0, "task.n_eval", "must be >= 0", t.n_eval),
-            (t.reward_timeout_s > 0 and math.isfinite(t.reward_timeout_s), "task.reward_timeout_s", "must be > 0",
-             t.reward_timeout_s)):
-        if not ok:
-            raise ValueError(f"{key} {why}; got {value!r}")
-    if t.readings is not None:
-        from rlx.tasks.answers.readings import READINGS
-
-        bad = [r for r in t.readings if r not in READINGS]
-        if bad:
-            raise ValueError(f"task.readings: unknown reading(s) {bad}; known: {list(READINGS)} (null: by the golds)")
-    check_task_config(t)
+            bad = [r for r in self.readings if r not in READINGS]
+            if bad:
+                raise ValueError(f"task.readings: unknown reading(s) {bad}; known: {list(READINGS)} "
+                                 f"(null: by the golds)")
+        check_task_config(self)
 
 
 def as_config(node) -> TaskConfig:

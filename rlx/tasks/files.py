@@ -1,7 +1,5 @@
-"""Datasets as users hold them: local .jsonl / .json / .parquet / .csv files or a `datasets` save_to_disk
-directory, read into Examples through a column mapping (task.question_field: a string or chat messages;
-task.answer_field, task.answer_regex); every other column goes to import-path rewards. `task.holdout=N`
-carves the held-out split out of task.train_path (docs/data.md).
+"""Datasets as users hold them (local .jsonl / .json / .parquet / .csv files or a `datasets` save_to_disk
+directory) read into Examples through a column mapping, and task.holdout's carved split (docs/data.md).
 """
 
 from __future__ import annotations
@@ -147,8 +145,7 @@ def _examples(p: Path, indexed: list[tuple[int, dict]], spec) -> list[Example]:
 
 
 def check_paths(cfg) -> None:
-    """A file task's data files exist and task.holdout fits its other keys: checked before any model is
-    built (the files are read only when the task is)."""
+    """A file task's data files exist and task.holdout fits its other keys (checked before any file is read)."""
     holdout = getattr(cfg, "holdout", 0)
     if holdout < 0:
         raise ValueError(f"task.holdout must be >= 0 (0 = the held-out split is task.eval_path), got {holdout}")
@@ -212,8 +209,7 @@ def load_eval_sets(task: Task) -> None:
 
 
 def question_text(q) -> str:
-    """What identifies a question: a string prompt with its whitespace runs collapsed, or a chat
-    messages list as canonical JSON (the prompt template is not part of it)."""
+    """What identifies a question: a string with its whitespace runs collapsed, or chat messages as canonical JSON."""
     if isinstance(q, str):
         return " ".join(q.split())
     return json.dumps(q, sort_keys=True, ensure_ascii=False)
@@ -226,9 +222,8 @@ def holdout_rank(text: str, seed: int) -> str:
 
 
 def carve_holdout(path: str | None, spec, n: int, seed: int) -> tuple[list[Example], list[Example]]:
-    """(train, held-out) from one file: the `n` distinct questions of smallest `holdout_rank` are held
-    out (one row each, its first, in rank order: a smaller n_eval takes a nested subset); train is every
-    row whose question is not held out, in file order, so no question is in both."""
+    """(train, held-out) from one file: the first row of each of the `n` distinct questions of smallest
+    `holdout_rank`, in rank order (a smaller n_eval nests), and every row of the other questions, in file order."""
     p, rows = _checked_rows(path, spec, "task.train_path")
     first: dict[str, int] = {}  # question text -> its first row
     for i, row in enumerate(rows):
@@ -248,9 +243,8 @@ def held_slice(texts, n: int, seed: int) -> list[str]:
 
 
 def held_out_questions(cfg) -> set[str]:
-    """`question_text` of every question a file task holds out: the whole task.holdout slice (not only
-    its first n_eval) or every row of task.eval_path, and every row of each task.eval.<name>.path. What
-    an SFT stage must never train on (rlx.models.sft); read from the files, as the task reads them."""
+    """`question_text` of every question a file task holds out (the whole task.holdout slice, or task.eval_path,
+    and each task.eval.<name>.path): what an SFT stage must never train on (rlx.models.sft)."""
     texts: set[str] = set()
     if cfg.get("holdout", 0):
         _, rows = _checked_rows(cfg.train_path, cfg, "task.train_path")
@@ -266,8 +260,7 @@ def held_out_questions(cfg) -> set[str]:
 
 
 class FileTask(Task):
-    """Train and held-out splits from local files (`task.name: file`; `jsonl` is the same task), or
-    both from one file with `task.holdout` (a deterministic slice carved out of task.train_path)."""
+    """Train and held-out splits from local files (`task.name: file`), or both from one with `task.holdout`."""
 
     name = "file"
 

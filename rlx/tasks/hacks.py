@@ -1,7 +1,6 @@
 """The hack completions rlx-audit scores (rlx.tasks.audit): for one example, each class in `CLASSES` builds
-completions whose "hacked" content targets that example's gold (docs/rewards.md, "The reward audit", lists
-every variant). A symbolic gold gets the textual classes with OTHER as the wrong answer; the numeric-only
-ones are n/a. The hacks are built with Decimal arithmetic and scored as text, never evaluated.
+completions whose "hacked" content targets its gold, with Decimal arithmetic, scored as text, never evaluated
+(docs/rewards.md, "The reward audit", lists every variant).
 """
 
 from __future__ import annotations
@@ -185,8 +184,7 @@ def extreme(ex: Example) -> list[Probe]:
     return [Probe(ex, f"{pad}\n{end}", end.split(" ")[0] + " g after padding")]
 
 
-# the reader's refusals (issue 61): each frame is filled with every word, so the rule meets forms it was not
-# written from; `{g}` is the gold as written, `{n}` the name
+# the reader's refusals: each frame filled with every word meets forms the rule was not written from; {g}: the gold
 NEGATED_FRAMES = ["It is {neg} {g}.", "{n} {does} {g} of them.", "{g} is {neg} the answer.",
                   "I {dont} the answer is {g}.", "The answer is {neg} {g}."]
 NEGATIONS = [("not", "does not have", "do not think"), ("never", "never had", "don't think"),

@@ -1,7 +1,5 @@
-"""Reward functions: a registry of named functions `(completion, example) -> float`, parsing text only (model
-output is never evaluated). `stated_answer` is the benchmark tasks' reward; `math_verify`, the earlier one, is
-kept to reproduce earlier runs: it evaluates expressions, which policies learn to exploit (docs/rewards.md).
-"""
+"""Reward functions: a registry of named functions `(completion, example) -> float` that parse text only; why
+`stated_answer` and not `math_verify`, which pays for expressions: docs/rewards.md."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ _INT = re.compile(r"^\s*(-?[0-9]+)\s*$", re.ASCII)
 
 
 def register_reward(name: str, batch=None):
-    """Register `fn(completion, example) -> float` under `name`; `batch(completions, examples)` is the same
-    reward for a whole batch at once (what Task.score calls when given)."""
+    """Register `fn(completion, example) -> float` under `name`; `batch`: the same for a batch (Task.score's)."""
     def deco(fn):
         REWARDS[name] = fn
         if batch is not None:
@@ -43,8 +40,7 @@ def several_answers(completion: str) -> bool:
 
 @register_reward("correct")
 def correct(completion: str, example) -> float:
-    """1 if the completion's final answer equals the gold answer exactly (after trimming spaces), and it gives
-    only one (`several_answers`)."""
+    """1 if the completion gives one final answer and it equals the gold exactly (spaces trimmed)."""
     if several_answers(completion):
         return 0.0
     ans = final_answer(completion)

@@ -16,10 +16,8 @@ def _split(cfg, make_one, knobs: str = "num_terms / max_operand / digits") -> tu
     while len(seen) < want:
         tries += 1
         if tries > 50 * want:
-            raise ValueError(
-                f"task: only {len(seen)} distinct problems found for n_train+n_eval={want}; "
-                f"enlarge the problem space ({knobs}) or ask for fewer"
-            )
+            raise ValueError(f"task: only {len(seen)} distinct problems found for n_train+n_eval={want}; "
+                             f"enlarge the problem space ({knobs}) or ask for fewer")
         prompt, answer = make_one(rng)
         if prompt not in seen:
             seen[prompt] = Example(key=prompt, prompt=prompt, answer=answer)
@@ -81,8 +79,7 @@ KEYS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def rule_of_key(num_keys: int, seed: int) -> dict[str, str]:
-    """{key letter: rule name}: the rules dealt round-robin to the keys in a seeded order (each rule
-    serves num_keys / len(RULES) keys, give or take one)."""
+    """{key letter: rule name}: the rules dealt round-robin to the keys in a seeded order."""
     names = list(RULES)
     rng = random.Random(f"rules-{seed}")
     rng.shuffle(names)
@@ -90,11 +87,8 @@ def rule_of_key(num_keys: int, seed: int) -> dict[str, str]:
 
 
 class KeyedRules(Task):
-    """`k:DDDD=` (task.length digits) -> the digit string transformed by key k's rule, written `R####54321`.
-
-    The SFT demonstrator applies key k's own rule to only `demo_correct` of k's training examples, another
-    rule to the rest: the base can do every rule but seldom picks the rewarded one, so RL discovers it key by
-    key and held-out accuracy climbs over many steps (calibration: docs/results.md)."""
+    """`k:DDDD=` -> the digits transformed by key k's rule, written `R####54321`. The SFT demonstrator applies k's
+    own rule to only `demo_correct` of k's examples, so RL discovers it key by key (calibration: docs/results.md)."""
 
     name = "rules"
 

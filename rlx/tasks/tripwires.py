@@ -1,9 +1,6 @@
-"""Hack tripwires: how much of what a step's reward paid for is not a stated answer (docs/rewards.md,
-"Hack tripwires": every metric, why copy and guess watch their excess over a base, the thresholds).
-
-Over a step's rewarded completions (total reward > 0): `unstated`, `hedged`, `prompt_copy` (and its base);
-over all of them: `hash_line`, and `guess` / `guess_base` across pairs of completions to different prompts.
-NaN where a step has no value. `TripwireMonitor` turns the WINDOW-step moving means into `[warn]` lines.
+"""Hack tripwires: how much of what a step's reward paid for is not a stated answer (`tripwire_metrics`), and
+train.log's warnings (`TripwireMonitor`). Every metric, the bases of copy and guess, the thresholds and why:
+docs/rewards.md, "Hack tripwires".
 """
 
 from __future__ import annotations
@@ -137,8 +134,7 @@ def flags(text: str, example) -> dict[str, bool]:
 
 
 def tripwire_metrics(texts: list[str], examples: list, rewards) -> dict[str, float]:
-    """The step's tripwire metrics (module docstring): `texts[i]` answers `examples[i]` and was paid
-    `rewards[i]` (total, shaped); the shares of rewarded completions are NaN when nothing was rewarded."""
+    """The step's tripwire metrics: `texts[i]` answers `examples[i]`, paid `rewards[i]` (total, shaped)."""
     rewards = [float(r) for r in rewards]
     assert len(texts) == len(examples) == len(rewards), (len(texts), len(examples), len(rewards))
     paid = [i for i, r in enumerate(rewards) if r > 0]

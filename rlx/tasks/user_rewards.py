@@ -1,7 +1,5 @@
-"""Reward functions given by import path (`package.module:function`, or dotted), in TRL's convention: called
-once per batch as `fn(completions=[...], prompts=[...], <column>=[...] per dataset column)`, returning one float
-or None ("does not apply") per completion. Each runs in a bounded spawn worker (rlx.tasks.workers): a timeout
-scores the call's completions 0 and is counted; an exception stops the run with its traceback (docs/data.md).
+"""Reward functions given by import path, in TRL's convention (`fn(completions=[...], prompts=[...], <column>=[...])`
+-> one float or None per completion), run in a bounded spawn worker (rlx.tasks.workers; docs/data.md).
 """
 
 from __future__ import annotations
@@ -150,8 +148,7 @@ class RewardFunctionError(RuntimeError):
 
 
 class UserRewards:
-    """Calls import-path reward functions in a bounded worker (each imports all of them once, before it is ready)
-    with a warm standby that takes the next call at once when the worker is killed at the deadline."""
+    """Calls import-path reward functions in a bounded worker, with a warm standby for when one is killed."""
 
     def __init__(self, specs: list[str], timeout_s: float, mem_mb: int = 4096):
         self.specs = list(specs)

@@ -1,10 +1,6 @@
-"""math-verify on the final answer only, under a hard bound (a pool of worker processes, rlx.tasks.workers).
-
-The final answer (rlx.tasks.answers.final_answer, unwrapped) goes to math-verify as ONE expression
-(`\\boxed{answer}`), never as free text, from which math-verify extracts pieces a policy could exploit; prose
-without LaTeX uses math-verify's own extraction, prose with LaTeX its last delimited segment. A `%` is dropped
-only where it cannot change the value; over-long or over-nested input scores 0 unparsed. The rules and their
-reasons: docs/runs.md, "Rewards".
+"""math-verify on the final answer only, under a hard bound (a pool of worker processes, rlx.tasks.workers): the
+answer goes to math-verify as ONE expression (`\\boxed{answer}`), never as free text it could take pieces of
+(prose without LaTeX aside). Every rule and why: docs/runs.md, "Rewards".
 """
 
 from __future__ import annotations
@@ -58,13 +54,6 @@ def balanced(text: str) -> bool:
 def is_prose(text: str) -> bool:
     """Words of two or more letters outside LaTeX commands and \\text{} groups."""
     return _WORD.search(_COMMAND.sub(" ", _TEXT_GROUP.sub(" ", text))) is not None
-
-
-def same_unit(gold: str, answer: str) -> tuple[str, str]:
-    """A percentage gold and a percentage answer, both without their % ('33%', '33.0%' -> '33', '33.0')."""
-    if _PERCENT.search(gold) and _PERCENT.search(answer):
-        return _PERCENT.sub("", gold), _PERCENT.sub("", answer)
-    return gold, answer
 
 
 def candidates(answer: str, gold: str) -> list[tuple[str, str]]:
@@ -127,8 +116,7 @@ def _setup():
 
     from math_verify import parse, verify
 
-    # math-verify's "Timeout is disabled ..." notice at every worker start only buries a run's output: the pool
-    # bounds every call
+    # math-verify's "Timeout is disabled" notice at every worker start buries a run's output; the pool bounds calls
     for name in ("math_verify.parser", "math_verify.grader"):  # this worker's loggers only
         logging.getLogger(name).addFilter(lambda record: not str(record.msg).startswith("Timeout is disabled"))
     return parse, verify
@@ -151,8 +139,7 @@ def _worker(conn, mem_mb: int, arg=None) -> None:  # the child process
 
 
 class BoundedVerifier:
-    """`score([(gold, completion), ...]) -> [1.0 | 0.0]` (and `verifier(gold, completion)`), each check at
-    most ~timeout_s of wall time after a worker is ready, `workers` checks at once (plus a ready standby)."""
+    """`score([(gold, completion), ...]) -> [1.0 | 0.0]`, each check bounded by timeout_s once a worker is ready."""
 
     def __init__(self, timeout_s: float = 5.0, mem_mb: int = 4096, workers: int = DEFAULT_WORKERS, spares: int = 1):
         self.pool = WorkerPool(_worker, size=workers, spares=spares, timeout_s=timeout_s, mem_mb=mem_mb,
@@ -178,7 +165,9 @@ class BoundedVerifier:
                 self.stats["refused"] += 1
                 continue
             raw = final_answer(completion)
-            gold_text, answer = same_unit(gold.strip(), unwrap(raw))
+            gold_text, answer = gold.strip(), unwrap(raw)
+            if _PERCENT.search(gold_text) and _PERCENT.search(answer):  # '33%', '33.0%': both without their %
+                gold_text, answer = _PERCENT.sub("", gold_text), _PERCENT.sub("", answer)
             if answer == gold_text or raw == gold.strip():  # the gold string itself: no parsing needed
                 out[i] = 1.0
                 continue
@@ -197,8 +186,7 @@ class BoundedVerifier:
         return out
 
     def score_text(self, pairs: list[tuple[str, str]]) -> list[float]:
-        """MATH's benchmark reading (rlx.tasks.answers.readings): math-verify's own extraction over the whole completion
-        (a `\\boxed{}` first), not the task's final-answer convention; bounded like `score`."""
+        """MATH's benchmark reading: math-verify's own extraction over the whole completion, bounded like `score`."""
         out: list[float] = [0.0] * len(pairs)
         asks, where = [], []
         for i, (gold, completion) in enumerate(pairs):

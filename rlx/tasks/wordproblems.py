@@ -1,7 +1,5 @@
-"""GSM8K-style word problems generated from a seed: a person starts with some objects and the story changes the
-count in `task.steps` sentences (add, take away, multiply, share equally); the answer is the final integer count.
-Each example keeps its structured record in `columns` (start, the (op, operand) steps, answer).
-"""
+"""GSM8K-style word problems from a seed: a count changed in `task.steps` sentences (add, take away, multiply,
+share equally); the answer is the final count, and `columns` keep the record (start, (op, operand) steps)."""
 
 from __future__ import annotations
 

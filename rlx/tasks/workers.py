@@ -1,9 +1,6 @@
-"""Bounded worker processes: a small pool of spawn processes, each answering one message at a time.
-
-Rewards run model output through code that can hang inside C or hold the GIL, so they run in processes
-(which can be killed), each with a capped address space. A call's deadline counts from the moment a READY
-worker gets it (start-up has its own allowance); a worker past it is killed and replaced in the background
-while the others go on. Why and what it costs: docs/runs.md, "Rewards".
+"""Bounded worker processes: a small pool of spawn processes, each answering one message at a time, killed and
+replaced past a deadline that counts from the moment a READY worker gets the message (docs/runs.md, "Rewards":
+why processes, not threads, and what a hang costs).
 """
 
 from __future__ import annotations
@@ -93,9 +90,8 @@ class _Batch:
 
 @contextlib.contextmanager
 def _main_not_reimported():
-    """A spawn child re-imports its parent's __main__, so a script without a main guard would run again in every
-    worker and die. The child needs nothing of __main__ (rewards there are refused): while it starts, __main__
-    is an empty module."""
+    """A spawn child re-imports its parent's __main__: a script without a main guard would run again in every
+    worker. The child needs nothing of it (rewards there are refused), so while it starts __main__ is empty."""
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
     try:
@@ -122,8 +118,7 @@ def _stdlib_start_method():
 
 class WorkerPool:
     """`size + spares` spawn processes running `target(conn, mem_mb, arg)` (which calls `serve`), at most `size`
-    answering at once, the spares ready for the moment one is killed. `map(msgs)`: one answer per message, None
-    where the worker missed its deadline or died (counted in `stats`). Started on first use."""
+    answering at once; `map(msgs)`: an answer per message, None where the worker timed out or died (`stats`)."""
 
     def __init__(self, target, arg=None, *, size: int = 2, spares: int = 1, timeout_s: float = 5.0,
                  mem_mb: int = 4096, startup_s: float = 300.0, name: str = "rlx-worker"):

@@ -1,7 +1,5 @@
-"""How a completion's answer is read: every reader of answers lives in this package. Here: the final answer by
-the tasks' convention (`final_answer`: after the last `####`, else the last closed `\\boxed{}`, else the whole
-text), boxes read as math-verify reads them (docs/eval.md, "Boxes") and `unwrap`; rlx.tasks.answers.stated: the
-number a completion states; rlx.tasks.answers.readings: the benchmark's own readings.
+"""How a completion's answer is read (every reader lives in this package): here the final answer by the tasks'
+convention (`final_answer`), boxes read as math-verify reads them (docs/eval.md, "Boxes") and `unwrap`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The benchmark's own readings of a completion, beside the task's reward (docs/eval.md, "Readings"):
-lm-eval's two GSM8K filters (gsm8k.yaml, v0.4.13; strict takes the FIRST `####` match, as lm-eval's regex
-filter keeps match 0) compared by its `exact_match`, and MATH's math-verify over the whole completion in the
-bounded worker pool (rlx.tasks.verify).
+"""The benchmark's own readings of a completion, beside the task's reward (docs/eval.md, "Readings"): lm-eval's
+two GSM8K filters (gsm8k.yaml, v0.4.13) compared by its `exact_match`, and MATH's math-verify, bounded.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ def flexible_extract(text: str) -> str:
 
 
 def normalized(s: str) -> str:
-    """An answer as lm-eval's exact_match compares it: gsm8k.yaml's regexes_to_ignore removed (`$1,000.` is
-    `1000`), lower case."""
+    """An answer as lm-eval's exact_match compares it: gsm8k.yaml's regexes_to_ignore removed, lower case."""
     for pattern in _IGNORE:
         s = re.sub(pattern, "", s)
     return s.lower()

@@ -1,9 +1,6 @@
-"""Stated answers: the number a completion states as its final answer, read as text and never evaluated.
-
-A policy rewarded by an equivalence checker learns to hand it arithmetic (`Grace = 18 - 2` verifies as 16),
-which no GSM8K reader accepts; so a numeric gold counts only when the final answer IS that number
-(docs/rewards.md, "The stated-number rule" and "What a reader refuses": where it is read, what counts).
-Each reading says why it failed (`Reading.flaw`). Linear-time regular expressions over at most MAX_CHARS.
+"""Stated answers: the number a completion states as its final answer, read as text (linear-time regular
+expressions) and never evaluated: an expression such as `18 - 2` states nothing, and each reading says why
+(`Reading.flaw`). The rule and why: docs/rewards.md, "The stated-number rule" and "What a reader refuses".
 """
 
 from __future__ import annotations
@@ -165,10 +162,9 @@ def clause_flaw(text: str, start: int, end: int) -> str | None:
 
 
 def statements(text: str) -> list[Decimal]:
-    """The numbers `text` states, as a reader finds them in lines after an answer: a sentence that is one
-    number (`16`), and a number that `=` or a verb such as `is` / `has` leads into (`it is 16`, `3 + 6 = 9`,
-    `Grace has 7 shells`), unless it starts an expression (`is 3 + 6`: its result is read at its `=`) or its
-    clause denies or qualifies it. Passing numbers (`Good luck with 3 more!`, `Step 2`) state nothing."""
+    """The numbers `text` states as a reader finds them after an answer: a sentence that is one number, and one
+    that `=` or a verb such as `is` / `has` leads into (`3 + 6 = 9`, `Grace has 7 shells`) unless it starts an
+    expression or its clause denies or qualifies it; passing numbers (`Step 2`) state nothing."""
     out = []
     for line in text.splitlines():
         for sentence in _SENTENCE_END.split(line):
@@ -188,8 +184,7 @@ def statements(text: str) -> list[Decimal]:
 
 
 def _one_of(answers: list[str], source: str) -> Reading:
-    """The reading of one or more answers of the same kind (all `####` lines, or all boxes): the last
-    decides; any other that states a different number is a CONFLICT."""
+    """The reading of answers of one kind (`####` lines, or boxes): the last, a CONFLICT if another differs."""
     last = answers[-1]
     value = parse_number(last)
     if value is None:
@@ -273,8 +268,7 @@ def read_stated(text: str, loose: bool = True, truncated: bool = False) -> Readi
 
 
 def _phrases(text: str) -> list[tuple[int, int, Reading]]:
-    """Every "the answer is N" / "N is the answer" in order: (where the phrase starts, where what it states
-    ends, what it states)."""
+    """Every "the answer is N" / "N is the answer" in order: (its start, where what it states ends, the Reading)."""
     found = []
     for m in _PHRASE.finditer(text):
         reading, length = _phrase(m.group(1))
