@@ -36,12 +36,13 @@ def tool_call_text(name: str, **arguments) -> str:
 
 
 class ForceToolCall:
-    """`engine` (an hf engine: it holds its `policy`) with the rows whose context `script` answers replaced."""
+    """`engine` with the rows whose context `script` answers replaced; their log-probs from `policy` (default: the
+    hf engine's own)."""
 
-    _OWN = ("engine", "tok", "script", "forced")
+    _OWN = ("engine", "tok", "script", "forced", "scorer")
 
-    def __init__(self, engine, tok, script):
-        for k, v in zip(self._OWN, (engine, tok, script, [])):
+    def __init__(self, engine, tok, script, policy=None):
+        for k, v in zip(self._OWN, (engine, tok, script, [], policy)):
             object.__setattr__(self, k, v)
 
     def __getattr__(self, name):
@@ -70,8 +71,9 @@ class ForceToolCall:
         for j, r in enumerate(rows):
             comp[j, : len(r)], cmask[j, : len(r)] = torch.tensor(r), 1
         logp = torch.zeros((N, T))
+        policy = self.scorer if self.scorer is not None else self.engine.policy
         with torch.no_grad():
-            exact = token_logprobs(self.engine.policy, torch.cat([out.prompt_ids, comp], 1),
+            exact = token_logprobs(policy, torch.cat([out.prompt_ids, comp], 1),
                                    torch.cat([out.prompt_mask, cmask], 1), T, temperature)  # [N, T]
         for j, s in enumerate(scripted):
             L = len(rows[j])
