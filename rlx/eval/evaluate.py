@@ -51,16 +51,14 @@ class SetResult:
 
 
 class EvalProgress:
-    """Sequences done / total, tokens/s and ETA of one evaluation: a tqdm bar when `bar` (None: stderr is a TTY),
-    else a log line at most every PROGRESS_EVERY_S seconds (and a last one if any was due)."""
+    """Progress of one evaluation: a tqdm bar when `bar` (None: on a TTY), else a line every PROGRESS_EVERY_S."""
 
     def __init__(self, total: int, label: str, show: bool = True, bar: bool | None = None, log=say):
         self.total, self.label, self.show, self.log = total, label, show, log
         self.done = self.tokens = 0
         self.t0 = self.last = time.time()
-        use_bar = show and (sys.stderr.isatty() if bar is None else bar)
         self.bar = None
-        if use_bar:
+        if show and (sys.stderr.isatty() if bar is None else bar):
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=label, unit="seq", leave=False, dynamic_ncols=True)
@@ -76,13 +74,6 @@ class EvalProgress:
         if self.show and self.bar is None:
             self.log(f"{self.label}: {what}")
 
-    def line(self) -> str:
-        """'done/total sequences, tokens, tok/s, ETA' so far."""
-        dt = max(time.time() - self.t0, 1e-9)
-        eta = (self.total - self.done) * dt / self.done if self.done else float("nan")
-        return (f"{self.done}/{self.total} sequences, {self.tokens} tokens, {self.tokens / dt:.1f} tok/s, "
-                f"{dt:.0f}s elapsed, ETA {eta:.0f}s")
-
     def update(self, rows: int, tokens: int) -> None:
         self.done += rows
         self.tokens += tokens
@@ -93,7 +84,10 @@ class EvalProgress:
             self.bar.set_postfix_str(f"{self.tokens / max(time.time() - self.t0, 1e-9):.0f} tok/s")
         elif time.time() - self.last >= PROGRESS_EVERY_S or (self.done == self.total and self.last > self.t0):
             self.last = time.time()
-            self.log(f"{self.label}: {self.line()}")
+            dt = max(time.time() - self.t0, 1e-9)
+            eta = (self.total - self.done) * dt / self.done if self.done else float("nan")
+            self.log(f"{self.label}: {self.done}/{self.total} sequences, {self.tokens} tokens, "
+                     f"{self.tokens / dt:.1f} tok/s, {dt:.0f}s elapsed, ETA {eta:.0f}s")
 
 
 def eval_generator(seed: int, step: int) -> torch.Generator:
@@ -188,9 +182,8 @@ def _readings(task, examples, texts) -> dict:
 def run_eval(engine, task, rollout, generator: torch.Generator, sampling: SamplingParams | None = None,
              label: str = "[eval]", show: bool = True, bar: bool | None = None,
              by_speed: bool = True) -> list[SetResult]:
-    """Greedy and rollout.eval_k sampled completions of every eval set of `task`, scored by its rewards; `show`:
-    report progress, `bar`: tqdm (None: on a TTY). `by_speed=False`: rollout.eval_chunk=0 means the engine's
-    whole batch, not a size from this process's timing (N ranks must make the same calls)."""
+    """Greedy and rollout.eval_k sampled completions of every eval set, scored by the task's rewards. `by_speed=False`:
+    eval_chunk=0 means the engine's whole batch, not a size from this process's timing (ranks must call alike)."""
     greedy_sp, sampled_sp = eval_sampling(rollout, sampling)
     k = rollout.eval_k if sampled_sp is not None else 0
     names = list(task.eval_sets)
@@ -274,8 +267,7 @@ class Evaluator:
         return val
 
     def write(self, step: int, results: list[SetResult], val: dict) -> None:
-        """completions.jsonl, results.json and results.md in out_root/step_N, as rlx-eval writes them for the
-        step's checkpoint, so rlx.eval.paired compares any two evaluations of a run without generating again."""
+        """rlx-eval's three files for this step in out_root/step_N: rlx.eval.paired compares evaluations from them."""
         from dataclasses import asdict
 
         from rlx.eval.report import summarize, write

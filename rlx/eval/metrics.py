@@ -23,8 +23,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def vote_key(answer: str | None) -> Fraction | str | None:
-    """What maj@k counts as one answer: a plain numeral's exact value (`18`, `18.0`, `36/2`; read by a regular
-    expression and Fraction, never eval), else the unwrapped text; None (no vote) for an empty answer."""
+    """What maj@k counts as one answer: a plain numeral's exact value (Fraction, never eval), else the text."""
     text = unwrap(answer) if answer else ""
     if not text:
         return None

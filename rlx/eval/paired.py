@@ -17,8 +17,7 @@ VERDICTS = ("passed", "stated", "strict-match", "flexible-extract")
 
 
 def verdict(row: dict, by: str = "passed") -> bool:
-    """A row's verdict: the one it recorded (`passed`, the task's rewards of its day), `stated` (today's
-    stated_answer rule, loose), or a benchmark reading (recorded in the row, else read from its completion)."""
+    """A row's verdict: the recorded `passed`, `stated` (today's rule, loose), or a benchmark reading."""
     if by == "passed":
         return bool(row["passed"])
     if by == "stated":

@@ -25,8 +25,7 @@ def _user_text(prompt: str) -> str:
 
 
 def golds_from_run(run_dir: Path, overrides: list[str] | None = None) -> dict[str, str]:
-    """{prompt text: gold} of every example of the run's task, rebuilt from summary.json's config, or (a run
-    that recorded none) from `overrides` composed as rlx.train would (e.g. experiment=smollm2_wordproblems)."""
+    """{prompt text: gold} of the run's task, rebuilt from summary.json's config, else from `overrides`."""
     from omegaconf import OmegaConf
 
     from rlx.eval.source import base_config

@@ -13,8 +13,7 @@ from rlx.tasks.answers import final_answer
 
 
 def summarize(results: list, ks: list[int]) -> dict:
-    """{set name: {prompts, acc, [mean_at_n, pass_at_k, maj_at_k]}} and, over several sets, their
-    unweighted mean as "mean" (training's val/acc convention)."""
+    """{set name: {prompts, acc, [mean_at_n, pass_at_k, maj_at_k]}}, and several sets' unweighted "mean"."""
     sets = {}
     for r in results:
         m = {"prompts": len(r.examples), "acc": r.acc, "readings": r.reading_acc(), "answers": greedy_spread(r)}

@@ -53,8 +53,7 @@ def newest_intact(ckpt_root: Path) -> tuple[Path, int]:
 
 
 def resolve(path: str | None) -> Source:
-    """The Source a command-line path names (None: the base); refuses what is not a run, a checkpoint or an
-    exported adapter (a corrupt one naming its bad file)."""
+    """The Source a command-line path names (None: the base); anything else, or a corrupt one, is refused."""
     from rlx.eval.export_format import CONFIG, is_export, verify_export
     from rlx.run.checkpoint import MANIFEST, STEP_DIR, CorruptCheckpointError, verify
 

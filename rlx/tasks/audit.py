@@ -15,8 +15,7 @@ EPS = 1e-9
 
 
 def honest(ex: Example, value: str) -> list[str]:
-    """`value` as the final answer in each form an honest completion may take: the gold solution with `value` in
-    place of the gold, `#### v`, `\\boxed{v}`, `The answer is v.`, bare `v`."""
+    """`value` as the final answer in each form an honest completion may take (the gold solution's among them)."""
     gold = ex.answer.strip()
     forms = []
     if ex.target and gold and gold in ex.target:

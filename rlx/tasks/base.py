@@ -82,8 +82,7 @@ class Task:
                                      f"(its columns besides the prompt: {sorted(have)})")
 
     def render_chat(self, tok, all_prompts: bool = False) -> None:
-        """Chat prompts (`messages`) -> text through the tokenizer's chat template, with the generation
-        prompt; with `all_prompts` (model.chat_prompts) string prompts too, each as one user message."""
+        """Chat prompts -> text through the tokenizer's chat template (`all_prompts`: string prompts too)."""
         if all_prompts:
             if not getattr(tok, "chat_template", None):
                 raise ValueError("model.chat_prompts=true but the model's tokenizer has no chat template; set "

@@ -185,8 +185,7 @@ class _Fields:
 
 
 def load_eval_sets(task: Task) -> None:
-    """task.eval {name: {path, n, ...}} -> task.eval_sets (and task.eval: all of them); empty: one set, the
-    task's held-out split. Every kind of task reads its named eval sets here (a path is a file of rows)."""
+    """task.eval {name: {path, n, ...}} -> task.eval_sets and task.eval; empty: one set, the held-out split."""
     if not task.named_eval:
         task.eval_sets = {"default": task.eval}
         return
@@ -216,8 +215,7 @@ def question_text(q) -> str:
 
 
 def holdout_rank(text: str, seed: int) -> str:
-    """The question's place in the held-out order: a hash of the seed and the text alone, so a row's
-    membership never depends on the file's order, its other rows, n_train or n_eval."""
+    """The question's place in the held-out order, from the seed and its text alone (not the file's order)."""
     return hashlib.sha256(f"{seed}:{text}".encode("utf-8")).hexdigest()
 
 

@@ -77,8 +77,7 @@ def replace_last(text: str, old: str, new: str) -> str:
 
 
 def with_gold(ex: Example, gold: str) -> Example:
-    """The example with another gold answer: `answer`, the solution and every string column holding the old gold
-    (its last occurrence replaced), so registered and import-path rewards all see the new one."""
+    """The example with another gold: in `answer`, the solution and every string column (last occurrence)."""
     old = ex.answer.strip()
     columns = {k: (replace_last(v, old, gold) if isinstance(v, str) and old and old in v else v)
                for k, v in ex.columns.items()}

@@ -26,8 +26,7 @@ def register_reward(name: str, batch=None):
 
 
 def several_answers(completion: str) -> bool:
-    """Whether the completion gives more than one final answer (`####` parts or boxes that differ, a box in a
-    box), so a reward that reads the last one cannot be paid for listing candidates; over MAX_CHARS counts too."""
+    """Whether the completion gives several final answers (or is over MAX_CHARS): listing candidates is no answer."""
     from rlx.tasks.answers import top_level_boxes
     from rlx.tasks.answers.stated import MAX_CHARS
 
@@ -68,8 +67,7 @@ def math_verify_reward(completion: str, example) -> float:
 
 def stated_answer_batch(completions: list[str], examples, loose: bool = True,
                         truncated: list[bool] | None = None) -> list[float]:
-    """`stated_answer` for a batch: numeric golds by read_stated (`truncated`: per completion, cut at the budget;
-    None: not known), symbolic ones by math-verify after `symbolic_refusal`."""
+    """`stated_answer` for a batch (`truncated`: per completion, cut at the token budget; None: not known)."""
     from rlx.tasks.answers.stated import numeric_gold, read_stated
     from rlx.tasks.verify import default_verifier, symbolic_refusal
 
@@ -92,6 +90,5 @@ def stated_answer_batch(completions: list[str], examples, loose: bool = True,
 
 @register_reward("stated_answer", batch=stated_answer_batch)
 def stated_answer(completion: str, example, loose: bool = True, truncated: bool = False) -> float:
-    """1 if the completion states the gold answer: a numeric gold as that number, never as an expression, a hedge
-    or a list; a symbolic gold by math-verify on the final answer (docs/rewards.md)."""
+    """1 if the completion states the gold (numeric: read_stated; symbolic: math-verify; docs/rewards.md)."""
     return stated_answer_batch([completion], [example], loose, [truncated])[0]

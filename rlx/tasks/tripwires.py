@@ -155,8 +155,7 @@ def tripwire_metrics(texts: list[str], examples: list, rewards) -> dict[str, flo
 
 
 def watched(metrics: dict, key: str) -> float | None:
-    """The value of tripwire `key` a step's metrics give the monitor: the share, for PROMPT_COPY and GUESS its excess
-    over their base; None when the step has none (nothing rewarded, one prompt, a run from before the tripwire)."""
+    """The value of tripwire `key` in a step's metrics (its excess over BASES where it has one); None: no value."""
     v = metrics.get(key)
     if key in BASES and v is not None:
         base = metrics.get(BASES[key])
@@ -177,8 +176,7 @@ def moving_means(values, window: int = WINDOW, min_steps: int = MIN_STEPS) -> li
 
 
 def run_maxima(rows: list[dict]) -> dict[str, float | None]:
-    """{tripwire: the largest moving mean of its watched value over a run's metrics rows (None before MIN_STEPS
-    values)}; a step logged twice (a resumed run) counts once, its later row."""
+    """{tripwire: the largest moving mean of its watched value over a run's rows (a resumed step: its later row)}."""
     by_step = {int(r["step"]): r for r in rows if r.get("step") is not None and int(r["step"]) >= 1}
     out = {}
     for key in HACKS:
@@ -207,8 +205,7 @@ class TripwireMonitor:
 
     @classmethod
     def for_run(cls, run_dir, start_step: int, **kwargs) -> "TripwireMonitor":
-        """The monitor of a run starting after `start_step`: a fresh one, or (a resume) one replayed from the
-        run's metrics.jsonl up to that step, so a resume neither forgets a climb nor repeats a warning."""
+        """The monitor of a run starting after `start_step`, replayed from its metrics.jsonl on a resume."""
         from rlx.run.records import logged_steps
 
         return cls.replayed([row for _, row in logged_steps(run_dir, start_step)], **kwargs)

@@ -82,8 +82,7 @@ def required_columns(fn) -> list[str]:
 
 
 def check_reward_specs(rewards) -> dict[str, str]:
-    """{entry: logged name} for task.rewards, every entry resolvable (registered or importable with the
-    right signature) and every logged name distinct; ValueError naming the entry otherwise."""
+    """{entry: logged name} for task.rewards, each entry usable and each name distinct, else ValueError naming it."""
     from rlx.tasks.rewards import REWARDS
 
     if not rewards:

@@ -84,8 +84,7 @@ _APPROXIMATE = re.compile(r"\\(?:approx|sim|simeq|geq?|leq?|geqslant|leqslant|gt
 
 
 def symbolic_refusal(completion: str, gold: str) -> str | None:
-    """Why a completion scores 0 against a symbolic gold before math-verify is asked (None: ask it): too long,
-    a conflict, a hedge or list, or a relation that denies or bounds it (`\\neq x`, `\\approx x`) unlike the gold."""
+    """Why a completion scores 0 against a symbolic gold before math-verify is asked (a stated.py flaw), or None."""
     if too_complex(completion):
         return TOO_LONG
     hashes = [h.strip() for h in re.findall(r"####([^\n]*)", completion)]

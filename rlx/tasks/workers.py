@@ -36,8 +36,7 @@ def cap_memory(mem_mb: int) -> None:
 
 
 def serve(conn, mem_mb: int, setup, handle) -> None:
-    """The worker side: cap memory, `state = setup()`, say READY, then `conn.send(handle(state, msg))` per
-    message until None. A set-up exception goes back as (RAISED, traceback) and ends the worker."""
+    """The worker side: cap memory, `state = setup()` (raised: RAISED), READY, `handle(state, msg)` until None."""
     cap_memory(mem_mb)
     try:
         state = setup()
@@ -103,8 +102,7 @@ def _main_not_reimported():
 
 @contextlib.contextmanager
 def _stdlib_start_method():
-    """A spawn child re-applies its parent's global start method: inside a joblib/loky worker that is 'loky',
-    which the child cannot find. Name a stdlib method while the child starts, then put the parent's back."""
+    """A spawn child re-applies its parent's start method, and cannot find joblib's 'loky': name a stdlib one."""
     method = mp.get_start_method(allow_none=True)
     foreign = method is not None and method not in mp.get_all_start_methods()
     if foreign:
@@ -143,10 +141,6 @@ class WorkerPool:
         child.close()
         return _Proc(proc, parent, time.monotonic())
 
-    def _fill(self) -> None:
-        while len(self.procs) < self.size + self.spares:
-            self.procs.append(self._spawn())
-
     @staticmethod
     def _stop(p: _Proc) -> None:
         p.proc.kill()  # a hard stop: the computation may be stuck inside C
@@ -166,7 +160,8 @@ class WorkerPool:
     def map(self, msgs: list) -> list:
         """The answer to each message (in order), None where it timed out or its worker died."""
         batch = _Batch(list(msgs), [None] * len(msgs), deque(range(len(msgs))))
-        self._fill()
+        while len(self.procs) < self.size + self.spares:
+            self.procs.append(self._spawn())
         try:
             while batch.done < len(batch.msgs):
                 self._dispatch(batch)
@@ -219,8 +214,7 @@ class WorkerPool:
             p.item = None
 
     def _died(self, p: _Proc, batch: _Batch) -> None:
-        """Score the message it held 0. A worker dead before READY held none (messages go to ready workers
-        only); STARTUP_DEATHS of those in a row stop the batch with WorkerSetupError."""
+        """Score its message 0 (None); STARTUP_DEATHS dead before READY in a row raise WorkerSetupError."""
         self.stats["errors"] += 1
         if p.item is not None:
             batch.finish(p.item, None)

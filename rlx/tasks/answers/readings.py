@@ -52,8 +52,7 @@ def exact_match(prediction: str, gold: str) -> bool:
 
 
 def readings_for(examples, configured=None) -> list[str]:
-    """The readings evaluation reports for a set: `configured` (task.readings) when set, else GSM8K's two when
-    every gold is a plain number, else math-verify."""
+    """A set's readings: `configured` (task.readings), else GSM8K's two for plain-number golds, else math-verify."""
     if configured:
         bad = [r for r in configured if r not in READINGS]
         if bad:

@@ -74,8 +74,7 @@ _OPERATOR_AFTER = re.compile(r"^\s*(?:[-+*/×÷^·{}()\[\]\\<>~±–—&|=]|\bx\
 
 @dataclass(frozen=True)
 class Reading:
-    """What a completion states as its final answer: `value` (None if no number was read), where it was read
-    (`source`: hash | boxed | phrase | final_line | None) and why nothing was read (`flaw`)."""
+    """What a completion states: `value` (None: none read), `source` (hash | boxed | phrase | final_line), `flaw`."""
 
     value: Decimal | None
     source: str | None
@@ -124,8 +123,7 @@ def classify(text: str) -> str:
 
 
 def _clause(text: str, start: int, end: int) -> tuple[str, str]:
-    """The clause around text[start:end]: (its text before, its text after), bounded by the line, the sentence,
-    a clause break, and after the number also a relative pronoun (`16 shells that are not broken`)."""
+    """(the clause's text before text[start:end], after it), bounded by the line, sentence and clause breaks."""
     lo = text.rfind("\n", 0, start) + 1
     for pattern in (_SENTENCE_END, _CLAUSE_BREAK):
         lo = max([lo] + [m.end() for m in pattern.finditer(text, lo, start)])
@@ -197,8 +195,7 @@ def _one_of(answers: list[str], source: str) -> Reading:
 
 
 def _final_line(text: str) -> Reading:
-    """The last number of the final non-empty line, if nothing around it makes it part of an expression or a
-    list: `Grace has 18 - 2 = 16 shells.` states 16; `Grace = 18 - 2` and `15 or 16` state nothing."""
+    """The last number of the final line unless it is part of an expression or a list (`Grace = 18 - 2`)."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return Reading(None, None, UNSTATED)
@@ -298,8 +295,7 @@ def _phrase(rest: str) -> tuple[Reading, int]:
 
 
 def answered_value(reading: Reading) -> Decimal | None:
-    """The reading's value, else the number a qualifier bounds (`about 16` answers 16 without stating it: what the
-    guess tripwire compares); None for a denied number."""
+    """The reading's value, else the number a qualifier bounds (`about 16`: the guess tripwire's answer)."""
     if reading.value is not None or reading.flaw != QUALIFIED:
         return reading.value
     found = _LINE_NUM.findall(reading.text)
