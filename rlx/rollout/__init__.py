@@ -1,7 +1,5 @@
-"""Rollout engines behind one interface (`RolloutEngine.sync / generate -> RolloutBatch`).
-
-Engines register by lazy import path, so a CPU install without vLLM never imports it.
-"""
+"""Rollout engines behind one interface (`RolloutEngine.sync / generate -> RolloutBatch`), registered by lazy
+import path, so a CPU install without vLLM never imports it."""
 
 from __future__ import annotations
 
@@ -21,16 +19,11 @@ def engine_class(name: str):
 
 
 def max_sequence_len(rollout, tok, prompts: list[str]) -> int:
-    """An upper bound of prompt + completion tokens for the engine's KV cache: twice the longest of
-    `prompts` (a sample of what it will see) plus the largest completion budget (training with any forced
-    interruption's phrase and answer, or evaluation)."""
-    from rlx.rollout.interrupt import phrase_ids
+    """Prompt + completion tokens the engine's KV cache needs: 2 x the longest of `prompts` + the budget."""
+    from rlx.rollout.kv_sizing import completion_budget
 
     longest = max(len(tok(q, add_special_tokens=False).input_ids) for q in prompts)
-    train = rollout.max_new_tokens
-    if rollout.interrupt.enabled:
-        train += len(phrase_ids(tok, rollout.interrupt.phrase)) + rollout.interrupt.answer_tokens
-    return 2 * longest + max(train, rollout.eval_max_new_tokens or 0)
+    return 2 * longest + completion_budget(rollout, tok)
 
 
 def check_engine(cfg) -> None:
@@ -41,9 +34,7 @@ def check_engine(cfg) -> None:
 def build_engine(cfg, tokenizer, policy, trainer, *, fp32_head: bool = False, base_dir=None, seed: int = 0,
                  max_len: int | None = None, quant_format: str = "none", own_weights: bool = False,
                  log_dir=None) -> RolloutEngine:
-    """The `cfg.engine` engine serving `policy` (each engine takes what it needs of the keywords;
-    `own_weights`: the engine must not share the trainer's module, a generator thread samples it;
-    `log_dir`: where an engine with processes of its own keeps their logs, the run directory's)."""
+    """The `cfg.engine` engine serving `policy` (`own_weights`: not the trainer's module; `log_dir`: its logs)."""
     return engine_class(cfg.engine)(cfg, tokenizer, policy, trainer, fp32_head=fp32_head, base_dir=base_dir,
                                     seed=seed, max_len=max_len, quant_format=quant_format, own_weights=own_weights,
                                     log_dir=log_dir)

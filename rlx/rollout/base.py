@@ -1,25 +1,6 @@
-"""The rollout-engine interface: the loop talks to this, never to HF generate or vLLM directly.
-
-An engine owns its copy of the policy weights. The loop calls `sync(policy, version)` after every
-optimizer step and every NExt jump; `noise_target()` is the module whose RMSNorm weights AQN
-perturbs while the engine samples (the engine's own weights); `generate(prompts, n, sampling,
-generator)` returns a RolloutBatch whose `logprobs` are the behaviour log-probs of the
-distribution the engine really sampled from:
-
-    log softmax( top-k/top-p-masked( logits / temperature ) )   at temperature > 0
-    log softmax( logits )                                      at temperature 0 (greedy)
-
-i.e. after temperature, top-k and top-p, renormalized over the kept tokens (with top_p = 1 and
-top_k = 0 that is the full temperature-scaled softmax the trainer computes). Every token carries the
-policy version (the `version` of the last sync) that produced it (`token_version`); a row's `version`
-is its oldest token's.
-
-Weights reach an engine in two phases, so that a generator thread can take them between decode
-steps while the trainer goes on (PipelineRL's in-flight update, rlx.rollout.schedule):
-`export_weights(policy)` runs on the trainer's side and returns a detached copy of what the engine
-needs; `load_weights(payload, version)` runs wherever the engine runs. `sync` is the two in a row.
-An engine that has `between_steps` set calls it before every decode step of a generation.
-"""
+"""The rollout-engine interface (docs/engine.md): an engine owns a copy of the policy weights and returns the log-probs
+of the distribution it really sampled from. `export_weights` (trainer side) and `load_weights` (engine side) split a
+sync, so a generator thread can take new weights between decode steps (PipelineRL's in-flight update)."""
 
 from __future__ import annotations
 
@@ -30,15 +11,8 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """What to sample: temperature 0 = greedy; top_k 0 = off; stop at eos or any of stop_token_ids. The
-    values a run uses were checked as rollout.* (rlx.rollout.config); this object does not check again.
-
-    `stop`: stop strings. A row ends at the first token after which its completion's text (decoded
-    with special tokens kept, as far as it is sampled) holds one of them; that token is kept, so the
-    text ends with the stop string (vLLM's include_stop_str_in_output), and the row is not truncated.
-    A stop string may span tokens. The kept tokens and their log-probs are those the same seed gives
-    without it (stopping only drops what follows). Set by the environments' driver (a tool call's
-    closing tag, rlx.envs.driver); a run's single-turn sampling has none."""
+    """What to sample (checked as rollout.*): temperature 0 = greedy, top_k 0 = off; `stop`: stop strings
+    (docs/engine.md, "Stop strings"): a row ends with the token after which its text holds one."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -60,9 +34,8 @@ PAD_ID = "pad_id"  # a column padded with the tokenizer's pad id (concat's argum
 
 
 def _col(layout: str, pad=0, optional: bool = False, fill: bool = False):
-    """A RolloutBatch column: `layout` row ([N]), left / right ([N, P] / [N, T], padded on that side with
-    `pad`) or list; `optional` columns default to None, and where some batches lack one, concat drops
-    it, or fills it with `pad` when `fill`. select / concat read this, so a new column needs no change there."""
+    """A RolloutBatch column: `layout` row [N], left / right [N, P] / [N, T] (padded with `pad`) or list; concat
+    drops an `optional` one some batches lack, or fills it with `pad` (`fill`)."""
     meta = {"layout": layout, "pad": pad, "fill": fill}
     if layout == "list":
         return field(default_factory=list, metadata=meta)
@@ -142,9 +115,7 @@ class RolloutBatch:
 
     @classmethod
     def concat(cls, batches: list["RolloutBatch"], pad_id: int = 0) -> "RolloutBatch":
-        """Stack batches row-wise: prompts left-padded, completions right-padded to the longest
-        (padded positions are masked out; `pad_id` only fills the token tensors). An optional column
-        missing from some batches is dropped, or filled with its pad value where it says `fill`."""
+        """Stack batches row-wise, prompts left-, completions right-padded (`pad_id` fills token ids)."""
         if len(batches) == 1:
             return batches[0]
         width = {"left": max(b.prompt_ids.shape[1] for b in batches),
@@ -153,9 +124,7 @@ class RolloutBatch:
 
 
 def draw_seeds(generator: torch.Generator, n: int) -> list[int]:
-    """One sampling seed per completion row, drawn from the caller's stream. A row's samples depend on
-    its seed alone, not on which other rows share its batch, so N data-parallel ranks that each generate
-    a share of the rows (with the global batch's seeds) sample what one process would."""
+    """One sampling seed per row: its samples depend on it alone, so N ranks sample what one process would."""
     return torch.randint(2**31 - 1, (n,), generator=generator).tolist()
 
 def encode_prompts(tok, prompts: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,9 +146,7 @@ def decode(tok, row: torch.Tensor, m: torch.Tensor, stop_ids: set[int]) -> str:
 
 
 def sampled_batch(tok, ids: torch.Tensor, mask: torch.Tensor, n: int, rows: list, stop_ids: set[int]) -> RolloutBatch:
-    """The batch of the completions another sampler returned (vLLM in process or a server): `rows`, n per
-    prompt in prompt order, each (token ids, their log-probs, truncated). ids, mask: the prompts [B, P];
-    the caller adds the versions.  # completions [B*n, T]"""
+    """The batch of what vLLM sampled: `rows` (token ids, log-probs, truncated), n per prompt.  # [B*n, T]"""
     N, T = len(rows), max(1, max(len(r[0]) for r in rows))
     comp = torch.full((N, T), tok.pad_token_id, dtype=torch.long)  # [N, T]
     cmask = torch.zeros((N, T), dtype=torch.long)
@@ -223,13 +190,11 @@ class RolloutEngine:
 
     def generate(self, prompts: list[str] | list[list[int]], n: int, sampling: SamplingParams,
                  generator: torch.Generator, seeds: list[int] | None = None) -> RolloutBatch:
-        """n samples per prompt (text, or token ids taken as they are), rows prompt-major (row i is
-        prompt i // n), on the CPU. Row i samples from its own stream seeded by seeds[i] (drawn from
-        `generator` with `draw_seeds` when not given), so its tokens do not depend on the other rows."""
+        """n samples per prompt (text or ids), prompt-major, on the CPU; row i seeded by seeds[i]."""
         raise NotImplementedError
 
     def metrics(self) -> dict:
-        """The engine's own figures of the last step (the server engine: sync time, canary), logged with it."""
+        """The engine's own figures of the last step (the server engine: sync time, canary)."""
         return {}
 
     def sleep(self) -> None:

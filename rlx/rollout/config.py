@@ -1,7 +1,5 @@
-"""The `rollout.*` schema (engine, sampling, evaluation's sampling, the schedule, vLLM and forced
-interruption) and every check of a single rollout value; `__post_init__` runs them when rlx.config.preflight
-converts the composed node (`as_config`), before any model is built. Engine checks that read other
-groups (vLLM with a quant format or the model's head_dim) are rlx.config.preflight's / the engine's."""
+"""The `rollout.*` schema and every check of a single rollout value, run by `__post_init__` when
+rlx.config.preflight converts the node; checks that read other groups are preflight's or the engine's."""
 
 from __future__ import annotations
 
@@ -48,9 +46,7 @@ class VLLMConfig:
 
 @dataclass
 class InterruptConfig:
-    """ScaleRL's forced length interruption (rlx/rollout/interrupt.py): a completion that reaches
-    max_new_tokens gets `phrase` appended and may write `answer_tokens` more; the reward scores that
-    answer. The phrase never enters the loss; `mask_interrupted` drops the whole row from it too."""
+    """ScaleRL's forced length interruption (rlx/rollout/interrupt.py)."""
 
     enabled: bool = field(default=False, metadata={
         "help": "append the phrase to completions that hit max_new_tokens and let them answer"})
@@ -127,11 +123,7 @@ class ServerConfig:
 
 @dataclass
 class RolloutConfig:
-    """`engine` is a registered rollout engine: hf (in-process transformers) | vllm (colocated vLLM).
-
-    `mode` (rlx/rollout/schedule.py): sync (on-policy) | stale (generate with the policy of exactly
-    `max_staleness` updates ago; deterministic) | async (PipelineRL: a generator thread with
-    in-flight weight updates; no sample more than `max_staleness` versions old reaches the loss)."""
+    """`engine`: a registered rollout engine; `mode`: the schedule (rlx/rollout/schedule.py, docs/offpolicy.md)."""
 
     engine: str = field(default="hf", metadata={"help": "rollout engine: hf | vllm | vllm_server"})
     mode: str = field(default="sync", metadata={"help": "sync | stale | async (docs/offpolicy.md)"})
@@ -196,7 +188,7 @@ def enforce_eager(vllm_cfg, on_cpu: bool) -> bool:
 
 
 def _check_sampling(r: RolloutConfig) -> None:
-    """Training sampling. Written as `not (x > 0)` so that NaN fails too."""
+    """Training sampling (each test fails on NaN too)."""
     _refuse(((0 < r.temperature < math.inf, "temperature", "must be > 0 and finite for training rollouts (behaviour "
                                                           "log-probs of a greedy policy are not a distribution)",
               r.temperature),

@@ -1,15 +1,6 @@
-"""The `hf` engine: in-process batched sampling with a KV cache on the trainer's own model.
-
-Colocated and zero-copy by default: the engine's copy of the weights IS the trainer's policy
-module, so `sync` only records the version, and AQN noise put on `noise_target()` is noise on the
-policy (restored before the update). With `own_weights=True` (rollout.mode=async: a generator
-thread samples while the trainer updates) the engine holds a deep copy of the policy and `sync`
-copies the trainable tensors into it; `between_steps` lets that copy change between two decode
-steps of one sequence (PipelineRL's in-flight update; each token records the version it saw).
-Departs from `model.generate` on purpose: it returns the log-probs and entropies of exactly the
-distribution it sampled from (see rlx.rollout.base), and uses the same position ids as the training
-forward, so behaviour log-probs match the trainer's up to float noise. Sampling runs on the trainer's device; the returned batch lives on the CPU.
-"""
+"""The `hf` engine: batched sampling with a KV cache on the trainer's own module (zero-copy: `sync` records the
+version; async mode samples a deep copy). Unlike `model.generate` it returns the log-probs and entropies of
+exactly the distribution it sampled from, with the training forward's position ids (docs/engine.md)."""
 
 from __future__ import annotations
 
@@ -43,8 +34,7 @@ def _top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Sample one token per row: the first index whose cumulative probability exceeds u * total
-    (never a token of probability 0).  # probs [N, V], u [N] in [0, 1) -> [N]"""
+    """The first token whose cumulative probability exceeds u * total (never p = 0).  # probs [N, V], u [N] -> [N]"""
     cdf = probs.double().cumsum(-1)  # [N, V]
     idx = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
     last = probs.shape[-1] - 1 - (probs > 0).flip(-1).int().argmax(-1)  # last token with p > 0
@@ -52,8 +42,7 @@ def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def _next_token(logits: torch.Tensor, sp: SamplingParams, u: torch.Tensor | None):
-    """One decode step's token, the log-probs of the distribution it was drawn from and that distribution's
-    entropy: greedy at temperature 0, else inverse-CDF sampling with uniforms u.
+    """Token, log-probs and entropy of one decode step (greedy at temperature 0).
     # logits [N, V] float32, u [N] -> token [N], log-probs [N, V], entropy [N]"""
     if sp.temperature <= 0:
         logp_all = torch.log_softmax(logits, -1)
@@ -71,12 +60,7 @@ STOP_TAIL_SLACK = 8  # tokens decoded before a stop string's length in character
 
 
 class StopStrings:
-    """SamplingParams.stop for an engine that samples token by token: each row's sampled tokens so far, and
-    whether the text of their tail holds a stop string once the next token is appended. The tail (the
-    longest stop string's length in tokens, plus STOP_TAIL_SLACK) holds any stop string that ends at the
-    newest token unless more than STOP_TAIL_SLACK of the tokens it spans write no character; one that
-    ended earlier ended the row then. Decoded as the driver decodes (rlx.envs.driver.stop_cut): special
-    tokens kept."""
+    """SamplingParams.stop token by token: whether each row's tail (stop length + STOP_TAIL_SLACK tokens) holds one."""
 
     def __init__(self, tok, stops: tuple[str, ...], rows: int):
         self.tok, self.stops = tok, tuple(stops)
@@ -97,22 +81,14 @@ class StopStrings:
 class HFEngine(RolloutEngine):
     def __init__(self, cfg, tokenizer, policy, trainer: DeviceSpec, fp32_head: bool = False, own_weights: bool = False,
                  **_unused):
-        # base_dir / seed / max_len / quant_format: the policy module itself is sampled, with the caller's generator
-        self.tok = tokenizer
-        self.trainer = trainer
-        self.fp32_head = fp32_head
-        self.batch_size = int(cfg.batch_size)
-        self.own_weights = own_weights
-        self.trainer_policy = policy
+        self.tok, self.trainer, self.fp32_head, self.batch_size = tokenizer, trainer, fp32_head, int(cfg.batch_size)
+        self.own_weights, self.trainer_policy, self.policy, self.version = own_weights, policy, policy, 0
         if own_weights:  # a frozen copy the generator thread samples from while the trainer updates
             import copy
 
             self.policy = copy.deepcopy(policy).eval()
             for q in self.policy.parameters():
                 q.requires_grad_(False)
-        else:
-            self.policy = policy
-        self.version = 0
 
     def export_weights(self, policy):
         if policy is not self.trainer_policy:
@@ -134,8 +110,7 @@ class HFEngine(RolloutEngine):
         mask = mask.repeat_interleave(n, 0)
         group = torch.arange(len(prompts)).repeat_interleave(n)
         seeds = draw_seeds(generator, ids.shape[0]) if seeds is None else list(seeds)
-        # bf16 trainers sample in bf16 too (the head stays fp32 if asked); a frozen base is cast (a packed one
-        # dequantized) once for the whole call, not at every decode step; what a sync rewrites is left alone
+        # a frozen base is cast to autocast's dtype (a packed one dequantized) once per call; synced weights are not
         synced = {n for n, q in self.trainer_policy.named_parameters() if q.requires_grad}
         with autocast(self.trainer), held_dequantized(self.policy), \
                 held_autocast_weights(self.policy, self.trainer.device.type, skip=synced):
@@ -146,8 +121,7 @@ class HFEngine(RolloutEngine):
         return batch
 
     def _uniforms(self, seeds: list[int], T: int) -> torch.Tensor:
-        """Row i's T uniforms from its own stream (seeds[i]): a row samples the same tokens whatever
-        batch it is generated in (data-parallel ranks, chunking).  # [N, T]"""
+        """Row i's T uniforms from its own stream (seeds[i]), whatever batch it is in.  # [N, T]"""
         u = torch.stack([torch.rand(T, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float64)
                          for s in seeds])
         return u.to(self.trainer.device)

@@ -1,14 +1,5 @@
-"""ScaleRL's forced length interruption (`rollout.interrupt`).
-
-A completion that reaches its thinking budget (`rollout.max_new_tokens`) without eos gets the
-interruption phrase appended (ScaleRL: "Okay, time is up. Let me stop thinking and formulate a
-final answer now.") and the engine continues the same sequence for at most
-`interrupt.answer_tokens` more tokens. The reward scores the answer written after the phrase
-(`texts` of an interrupted row is that answer). The phrase tokens were not sampled by the policy:
-they are marked `forced` and never enter the loss (no behaviour log-prob exists for them); with
-`interrupt.mask_interrupted` the whole interrupted row leaves the loss as well (it still counts in
-the reward metrics).
-"""
+"""ScaleRL's forced length interruption (`rollout.interrupt`; docs/offpolicy.md): a completion at its budget gets the
+phrase and `answer_tokens` more; the phrase was not sampled, so it is `forced` and never enters the loss."""
 
 from __future__ import annotations
 

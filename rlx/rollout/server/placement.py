@@ -1,14 +1,5 @@
-"""Where each local vLLM server runs: `rollout.server.placement`, one entry per server.
-
-- `cpu:<cores>` (`cpu:0-3`, `cpu:4,6`): the server's whole process group (its watchdog, the API
-  server, vLLM's engine core) may run only on those cores (Linux CPU affinity, inherited by children).
-- `cuda:<ids>` (`cuda:0`, `cuda:2,3`): `CUDA_VISIBLE_DEVICES=<ids>`; more than one id runs the server
-  with `--tensor-parallel-size` = their number.
-
-Empty: every server shares the machine (the OS schedules them). The entries' form is checked with the
-config (`rlx.rollout.config.parse_placement`); what this machine has, before any model is built
-(`check_machine`).
-"""
+"""Where each local vLLM server runs (`rollout.server.placement`, one entry each): `cpu:<cores>` pins its process
+group, `cuda:<ids>` sets its CUDA_VISIBLE_DEVICES (several: tensor parallel); empty: they share the machine."""
 
 from __future__ import annotations
 
@@ -42,8 +33,7 @@ def check_machine(entries: list[str]) -> None:
 
 
 def server_env(entry: str | None, env: dict) -> dict:
-    """A copy of `env` placing one server: its cores (for the watchdog) or its visible GPUs. GPU ids are
-    this process's (torch's) indices: under a CUDA_VISIBLE_DEVICES of its own they map through it."""
+    """A copy of `env` placing one server: its cores (for the watchdog) or visible GPUs (mapped through ours)."""
     env = dict(env)
     if entry:
         kind, ids = parse(entry)
@@ -64,11 +54,8 @@ def tensor_parallel(entry: str | None) -> int:
 
 
 def gpu_share(entry: str | None, entries: list[str | None], fraction: float) -> float:
-    """The share of its GPU(s) a local server may take (vLLM's --gpu-memory-utilization): `fraction`
-    (rollout.vllm.gpu_memory_utilization, what vLLM takes of a GPU in all) split evenly among the local
-    servers that use one of its GPUs. Unplaced servers run on the first visible GPU, the trainer's, as
-    `cuda:0` does. vLLM checks at start-up that this share of the whole GPU is free, so servers sharing a
-    GPU must ask for no more than their part of it."""
+    """A local server's --gpu-memory-utilization: `fraction` split among the servers on its GPUs (unplaced: the
+    first), since vLLM checks at start-up that this share of the whole GPU is free."""
     def gpus(e: str | None) -> set[int]:
         if not e:
             return {0}

@@ -1,15 +1,6 @@
-"""vLLM OpenAI-compatible servers for `rollout=vllm_server`: local ones rlx starts, or running ones it
-is given, behind one pool that routes each request to the least-loaded server.
-
-Local servers bind the loopback address, require an API key generated for the run (handed to the server
-in its environment as vLLM's `VLLM_API_KEY`, never on its command line, which any user of the host can
-read through `ps` or /proc/PID/cmdline), write their
-output to a log file of their own, and run in a process group of their own, which `close` (or the
-interpreter's exit) kills, so no server outlives its run. A server that does not become healthy
-in time fails the run with the tail of its log. Remote servers (`rollout.server.urls`) are used
-only when given, with the key from the environment variable `RLX_VLLM_API_KEY`: a key never comes
-from a config file, which Hydra would copy into `.hydra/`.
-"""
+"""vLLM OpenAI-compatible servers for `rollout=vllm_server` behind one least-load pool (docs/engine.md, "Servers").
+Local servers bind loopback behind a per-run key in their environment (never argv: `ps` shows it) and die with
+their process group; remote ones (`rollout.server.urls`) take their key from $RLX_VLLM_API_KEY, never a file."""
 
 from __future__ import annotations
 
@@ -50,8 +41,7 @@ class Server:
                  log: Path | None = None, command: list[str] | None = None, env: dict | None = None):
         self.url, self.key, self.timeout_s, self.proc, self.log = url.rstrip("/"), key, timeout_s, proc, log
         self.command, self.env = command, env  # a local server's, to restart it
-        self.in_flight = 0
-        self.restarts = 0
+        self.in_flight = self.restarts = 0
         self.restart_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -99,15 +89,9 @@ def server_command(model_dir: str, port: int, *, lora_rank: int | None, max_mode
                    seed: int, max_num_seqs: int, kv_cache_gb: float = 0.0, tensor_parallel: int = 1,
                    kv_cache_bytes: int = 0, max_num_batched_tokens: int = 0,
                    gpu_memory_utilization: float | None = None, enforce_eager: bool = True) -> list[str]:
-    """The command line of one local server (vLLM's `vllm` console script fails on the CPU build: its
-    module is run instead). As the colocated engine: processed log-probs (at the sampling temperature),
-    whole prefills (a seeded CPU sampler cannot be rewound over a split prompt), no prefix cache (its
-    blocks would outlive an adapter's version). `lora_rank` None: no LoRA slots (merged / full weights).
-    `tensor_parallel` > 1: one server over that many GPUs. The KV cache: `kv_cache_bytes` (the engine's
-    plan, rlx.rollout.kv_sizing), else `kv_cache_gb` GiB; on a GPU (`gpu_memory_utilization` given) the
-    share of the GPU the server may take instead, in which vLLM's profiler sizes the cache.
-    `max_num_batched_tokens` > 0: vLLM's step budget. No key: the server reads it from its environment
-    (start_local)."""
+    """One local server's command (the module: the `vllm` script fails on CPU builds). As the colocated engine:
+    processed log-probs, whole prefills; no prefix cache (blocks would outlive an adapter's version). The key is in
+    its environment, the KV cache `kv_cache_bytes` (else `kv_cache_gb`), or on a GPU vLLM's profiler sizes it."""
     kv_bytes = int(kv_cache_bytes) or int(kv_cache_gb * (1 << 30))
     step = [] if not max_num_batched_tokens else ["--max-num-batched-tokens", str(int(max_num_batched_tokens))]
     lora = [] if lora_rank is None else ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "2"]
@@ -122,9 +106,7 @@ def server_command(model_dir: str, port: int, *, lora_rank: int | None, max_mode
             "--no-enable-chunked-prefill", "--long-prefill-token-threshold", "0", *eager, "--no-enable-prefix-caching"]
 
 
-# The leader of a local server's process group: it pins itself (and so the server) to the placement's cores,
-# runs the server, and kills the whole group once the process that started it is gone (a trainer killed
-# with kill -9 runs no cleanup: no orphan server stays).
+# A server's process-group leader, pinned to its cores: it kills the group once its starter is gone (even kill -9).
 WATCHDOG = f"""
 import os, signal, subprocess, sys, time
 parent = int(sys.argv[1])
@@ -148,8 +130,7 @@ def _spawn(command: list[str], log: Path, env: dict) -> subprocess.Popen:
 
 
 def start_local(command: list[str], log: Path, env: dict, url: str, key: str, timeout_s: float) -> Server:
-    """Start one server under its watchdog in a process group of their own, output to `log`; its key in
-    its environment (a restart reuses that environment, so the key survives it)."""
+    """One server under its watchdog in their own process group; its key in its environment (kept by a restart)."""
     env = {**env, SERVER_KEY_ENV: key}
     return Server(url, key, timeout_s, proc=_spawn(command, log, env), log=log, command=command, env=env)
 
@@ -172,8 +153,7 @@ def stop(server: Server, grace_s: float = 10.0) -> None:
 
 
 def wait_healthy(servers: list[Server], timeout_s: float) -> None:
-    """Until every server answers /health; a local one that exits or misses the deadline fails the run
-    with its log's tail."""
+    """Until every server answers /health; one that exits or misses the deadline fails with its log's tail."""
     deadline = time.monotonic() + timeout_s
     pending = list(servers)
     while pending:
@@ -204,8 +184,7 @@ class ServerPool:
     @classmethod
     def local(cls, n: int, command_for, log_dir: Path, env: dict, timeout_s: float,
               request_timeout_s: float, placement: list[str] | None = None) -> "ServerPool":
-        """Start `n` local servers (`command_for(port, entry)` gives each one's command, `entry` its
-        `placement` entry or None) and wait for them."""
+        """Start `n` local servers (`command_for(port, placement entry or None)`) and wait for them."""
         key = secrets.token_urlsafe(24)  # per run: only this process can load adapters or sample
         log_dir.mkdir(parents=True, exist_ok=True)
         servers = []
@@ -241,9 +220,7 @@ class ServerPool:
             server.in_flight -= 1
 
     def drop(self, server: Server, error: ServerError) -> None:
-        """A server stopped answering. A local one is restarted on its port (once per failure, whichever
-        request sees it first) and loads again what `on_restart` gives it; a remote one is taken out of
-        the pool, with a warning; with none left the run stops."""
+        """A server stopped answering: a local one is restarted, a remote one leaves the pool (none left: fail)."""
         if server.proc is not None:
             self.restart(server, error)
             return
