@@ -1,13 +1,5 @@
-"""The C allocator's large-block rule (`trainer.malloc_mmap_threshold_mb`), for peak RSS on CPU.
-
-glibc serves a block at or above its mmap threshold with its own mapping, returned to the kernel on
-free; below it, from the heap, whose freed pages stay resident. The threshold starts at 128 KiB and
-rises to the size of each mapped block freed (up to 32 MiB), so after the first passes every
-activation of a 32-sequence SmolLM2 update (8,000 tokens x 576 x 4 B = 18 MiB) lands on the heap,
-and a checkpointed forward leaves gigabytes of freed pages resident. Fixing the threshold (which also
-stops it rising) keeps those blocks mapped: the same arithmetic, less memory, more page faults
-(measured in docs/lean.md, "Memory: 32 sequences in one micro-batch").
-"""
+"""glibc's mmap threshold (`trainer.malloc_mmap_threshold_mb`), for peak RSS on CPU (docs/lean.md, "Memory: 32
+sequences in one micro-batch"): fixed, large freed blocks go back to the kernel instead of staying resident."""
 
 from __future__ import annotations
 

@@ -1,28 +1,6 @@
-"""Atomic, verified checkpoints: `ckpt/step_N/` appears only once complete, and is loaded only if intact.
-
-A checkpoint is `ckpt/step_N/` holding the PEFT adapter (`adapter/`; with model.finetune=full the whole
-model instead: `model/model.safetensors` + `model/config.json`, a directory transformers loads),
-`trainer_state.pt` (optimizer, scheduler, RNGs, data position, step, run id, ...) and `manifest.json`
-(size and sha256 of every other file in the step dir).
-
-Saving (`Checkpointer.save`):
-  * refuses trainable parameters that are not finite (`NonFiniteError` naming the parameter and the
-    step) before anything is written, so the previous checkpoint stays the newest;
-  * removes `.tmp-step_*` folders left by a save that was killed half-way (they are never checkpoints:
-    only `step_N` names are);
-  * writes everything into a temp dir, the manifest last, fsyncs, then renames it to `step_N`.
-
-Loading (`Checkpointer.load`) verifies the manifest before it reads anything (a missing file, a size or
-sha256 mismatch raises `CorruptCheckpointError` naming the file), then reads `trainer_state.pt` through
-torch's safe unpickler (`read_state`): the state holds only tensors and plain containers, numpy arrays
-stored as tensors (`encode_state`), anything else refused at save time, so a checkpoint that could not be
-loaded safely is never written. `load_latest` (rlx.run.resume) resumes from the newest intact checkpoint,
-logging each bad one, and raises `CheckpointError` listing them all when none is: it never starts from
-scratch over existing checkpoints.
-
-Checkpoints without `manifest.json` (written before checksums, or half copied) are refused: nothing in
-them can be verified, and nothing converts them (docs/runs.md).
-"""
+"""Atomic, verified checkpoints (docs/runs.md, "Checkpoints"): `ckpt/step_N/` (weights, `trainer_state.pt`,
+`manifest.json` with every file's size and sha256) is written in a temp dir and renamed once complete; loading
+verifies the manifest and reads the state through torch's safe unpickler only."""
 
 from __future__ import annotations
 
@@ -53,8 +31,7 @@ _NDARRAY = "__rlx_ndarray__"  # encode_state's tag for a numpy array stored as a
 
 
 class NonFiniteError(RuntimeError):
-    """A non-finite loss, gradient norm (rlx.algo.policy_update) or trainable weight (`save`): the update or
-    checkpoint is refused and the last checkpoint is left intact."""
+    """A non-finite loss, gradient norm or trainable weight: the update or checkpoint is refused."""
 
 
 class CheckpointError(RuntimeError):
@@ -69,14 +46,12 @@ class CorruptCheckpointError(CheckpointError):
         super().__init__(f"checkpoint {path}: {file} {reason}")
 
 
-# ---- trainer state <-> what torch.load(weights_only=True) reads -------------------------------------
 _SCALARS = (str, int, float, bool, type(None), torch.Size, torch.dtype, torch.device)  # exact types
 _CONTAINERS = (list, tuple, set, frozenset)
 
 
 def encode_state(obj, where: str = "state"):
-    """A copy of `obj` that `torch.load(weights_only=True)` reads back: numpy arrays become tagged tensors,
-    numpy scalars Python numbers; any other object raises TypeError naming where it sits."""
+    """A copy of `obj` that `torch.load(weights_only=True)` reads back; TypeError naming anything else."""
     if isinstance(obj, np.ndarray):
         if obj.dtype == object:
             raise TypeError(f"trainer state: {where} is a numpy array of Python objects; store numbers")
@@ -107,7 +82,6 @@ def decode_state(obj):
     return obj
 
 
-# ---- files ------------------------------------------------------------------------------------------
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -125,8 +99,7 @@ def _fsync(path: Path) -> None:
 
 
 def check_entries(files: dict, where: str) -> None:
-    """A listing's entries (manifest.json, an export's export.json): relative paths inside `where`, each with an
-    int size and a str sha256; ValueError naming the first bad entry."""
+    """A listing's entries are relative paths inside `where` with an int size and a str sha256."""
     for rel, want in files.items():
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise ValueError(f"file {rel!r} is outside the {where}")
@@ -135,8 +108,7 @@ def check_entries(files: dict, where: str) -> None:
 
 
 def check_files(path: Path, files: dict, listing: str, error) -> None:
-    """Every file `listing` (its name, for messages) lists under `path` exists with its size and sha256;
-    raises `error(path, file, reason)` for the first that does not."""
+    """Every file `listing` lists under `path` has its size and sha256, else `error(path, file, reason)`."""
     for rel, want in files.items():
         f = path / rel
         if not f.is_file():
@@ -202,10 +174,9 @@ def _refusal(e: Exception) -> str:
 
 
 def read_state(path: Path) -> dict:
-    """`trainer_state.pt` of a (verified) step dir, through the safe unpickler only, onto the CPU: a GPU run's
-    optimizer state would otherwise go back to the GPU it was saved from (cuda:0 on every rank under torchrun;
-    an error on a machine without one). Whoever takes a part moves it: Optimizer.load_state_dict casts each
-    moment to its parameter's device, CUDA's RNG state is a CPU ByteTensor as saved."""
+    """`trainer_state.pt` of a verified step dir, through the safe unpickler, onto the CPU: a GPU run's optimizer
+    state would otherwise go back to the GPU it was saved from (cuda:0 on every rank under torchrun). Whoever
+    takes a part moves it (Optimizer.load_state_dict casts moments to their parameter's device)."""
     f = Path(path) / STATE
     try:
         raw = torch.load(f, weights_only=True, map_location="cpu")
@@ -247,8 +218,7 @@ def non_finite_params(model, weights: dict | None = None) -> list[tuple[str, int
 
 
 def out_of_space(e: BaseException, root: Path) -> bool:
-    """A failed write that a full disk explains: ENOSPC, or torch's zip writer failing ("[enforce fail at
-    inline_container.cc ...]", its only report of a full disk) while the disk is (nearly) full."""
+    """A failed write a full disk explains: ENOSPC, or torch's zip writer failing on a (nearly) full disk."""
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         return True
     if isinstance(e, RuntimeError) and ("enforce fail" in str(e) or "file write failed" in str(e)):
@@ -261,8 +231,7 @@ def out_of_space(e: BaseException, root: Path) -> bool:
 
 class Checkpointer:
     def __init__(self, root: Path, keep_last: int = 2):
-        self.root = Path(root)
-        self.keep_last = keep_last
+        self.root, self.keep_last = Path(root), keep_last
 
     def steps(self) -> list[int]:
         if not self.root.is_dir():
@@ -287,8 +256,7 @@ class Checkpointer:
         return stale
 
     def save(self, step: int, model, state: dict, log=None, weights: dict | None = None) -> Path:
-        """PEFT adapter + `trainer_state.pt` + `manifest.json`, atomically; never non-finite weights.
-        `weights`: the trainable tensors by parameter name, when the module holds shards of them (FSDP)."""
+        """Weights, trainer state and manifest, atomically; never non-finite weights (`weights`: FSDP's, whole)."""
         bad = non_finite_params(model, weights)
         if bad:
             name, n = bad[0]
@@ -323,9 +291,7 @@ class Checkpointer:
 
     @staticmethod
     def load(path: Path, model) -> dict:
-        """Verify `path`, read its trainer state (safely) and adapter (full model), then load it into `model`
-        in place and return the trainer state. Raises CorruptCheckpointError (model untouched) if anything is
-        off, ValueError if it holds the other kind of weights (adapter vs full model) than `model` trains."""
+        """Verify `path`, load its weights into `model`, return its trainer state (model untouched on error)."""
         from peft import set_peft_model_state_dict
 
         path = Path(path)
@@ -346,8 +312,7 @@ class Checkpointer:
         return state
 
     def load_latest(self, model, log=print) -> tuple[Path, dict] | None:
-        """The newest intact checkpoint, loaded (see `load`): bad ones are logged and skipped. None if there
-        is no checkpoint; CheckpointError naming every checkpoint tried if none is intact."""
+        """The newest intact checkpoint, loaded, bad ones skipped; CheckpointError if none is intact."""
         problems = []
         for step in reversed(self.steps()):
             path = self.root / f"step_{step}"

@@ -1,9 +1,5 @@
-"""The weights file of a checkpoint step dir (rlx.run.checkpoint writes and verifies the rest): the PEFT
-adapter (`adapter/`, PEFT's format) or, with model.finetune=full, every parameter of the policy in
-`model/model.safetensors` beside its `config.json` -- a directory `AutoModelForCausalLM.from_pretrained`
-loads. Tied parameters (SmolLM2's head is its embedding) are stored once, under the name
-`named_parameters` gives them, as transformers does.
-"""
+"""The weights of a checkpoint step dir: the PEFT adapter (`adapter/`) or, with model.finetune=full, every
+parameter (tied ones once) in `model/model.safetensors` beside `config.json`, a directory transformers loads."""
 
 from __future__ import annotations
 
@@ -19,9 +15,7 @@ def is_lora(model) -> bool:
 
 
 def write_weights(out: Path, model, weights: dict | None = None) -> None:
-    """The policy's trainable weights under `out` (a step dir being written): the PEFT adapter, or with
-    full fine-tuning every parameter (tied ones once) in MODEL beside the model's config.json.
-    `weights`: whole tensors by parameter name, when the module holds FSDP shards."""
+    """The policy's trainable weights under `out` (`weights`: whole tensors, when the module holds FSDP shards)."""
     if is_lora(model):
         model.save_pretrained(out / "adapter", state_dict=weights)
         return
@@ -35,8 +29,7 @@ def write_weights(out: Path, model, weights: dict | None = None) -> None:
 
 @torch.no_grad()
 def load_full(path: Path, model, weights: dict) -> None:
-    """Copy a full checkpoint's `weights` into `model`'s parameters; every name and shape is checked
-    before the first copy, so a checkpoint of another model leaves `model` untouched."""
+    """Copy a full checkpoint's `weights` into `model`, every name and shape checked before the first copy."""
     params = dict(model.named_parameters())
     missing, unexpected = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
     wrong = [n for n in set(params) & set(weights) if params[n].shape != weights[n].shape]

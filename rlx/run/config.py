@@ -1,7 +1,5 @@
-"""The run-level schemas: `trainer.*` (where and how the trainer computes), `train.*` (steps,
-evaluation, checkpoints, resume) and `logger.*` (wandb, completion tables), with the checks of their
-single values in `__post_init__` (run when rlx.config.preflight converts the composed nodes). The device
-itself is resolved from `trainer.*` by rlx.run.device."""
+"""The run-level schemas `trainer.*`, `train.*` and `logger.*`, with the checks of their single values in
+`__post_init__` (run when rlx.config.preflight converts the nodes)."""
 
 from __future__ import annotations
 
@@ -14,13 +12,7 @@ LOGGER_MODES = ("offline", "online", "disabled")  # logger.mode (rlx.run.logging
 
 @dataclass
 class TrainerConfig:
-    """Where and how the trainer computes: `device` auto | cpu | cuda, `dtype` auto | fp32 | bf16.
-
-    bf16 runs the forward passes under autocast (LoRA weights and optimizer state stay fp32). auto (the
-    default) is bf16 on a GPU with bf16 and on a CPU with bf16 instructions (avx512_bf16, amx_bf16,
-    aarch64 bf16), fp32 elsewhere (rlx.run.device.auto_dtype); the run records what it resolved to.
-    `threads` sets torch's intra-op threads: -1 (default) one per core that other processes leave free,
-    re-measured every RL step (rlx.run.threads, docs/threads.md); 0 torch's default (every core); N fixed."""
+    """Where and how the trainer computes (rlx.run.device resolves it; docs/engine.md, "Devices")."""
 
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N"})
     dtype: str = field(default="auto", metadata={
@@ -45,9 +37,7 @@ class TrainConfig:
     resume: str = field(default="auto", metadata={"help": "auto | never"})
     log_every: int = field(default=1, metadata={"help": "a console / train.log line every N steps when the bar is off"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
-    # A group of G samples at a reward rate p is uniform with probability p^G + (1 - p)^G: 10 steps of 4 groups
-    # of 4 all uniform is rare unless p is near 0 or 1, i.e. the policy collapsed (every sample fails) or
-    # saturated (every sample passes). docs/rewards.md, "No learning signal".
+    # G samples are all alike with probability p^G + (1-p)^G: many such steps mean p near 0 or 1 (docs/rewards.md)
     no_signal_steps: int = field(default=10, metadata={
         "help": "a [warn] line in train.log when no sampled group has had differing rewards for this many steps in a "
                 "row (no gradient from the reward: rlx.rollout.metrics.SignalMonitor); 0 = off"})
@@ -77,8 +67,7 @@ class LoggerConfig:
     group: Optional[str] = field(default=None, metadata={"help": "wandb group (sweeps set it to their name)"})
     name: Optional[str] = field(default=None, metadata={"help": "wandb run name"})
     tags: list[str] = field(default_factory=list, metadata={"help": "wandb tags"})
-    # completion tables (completions.jsonl in the run dir + a wandb Table): prompts, completions,
-    # per-function rewards and advantages of the first `completions_rows` rows of a step's batch
+    # completion tables (completions.jsonl + a wandb Table) of the first `completions_rows` rows of a step
     completions_every: int = field(default=10, metadata={"help": "every N steps (0 = off)"})
     completions_rows: int = field(default=8, metadata={"help": "rows per dump"})
     completions_max_mb: float = field(default=5.0, metadata={

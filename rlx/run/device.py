@@ -1,16 +1,5 @@
-"""Devices: resolve `trainer.device` / `trainer.dtype` / `trainer.threads`, once, before any work.
-
-The trainer's forward passes run under `autocast(trainer)` (a no-op in fp32, so CPU fp32 results
-are bitwise what they were before devices existed); LoRA weights and the optimizer stay fp32.
-RNG state covers every device the run uses, so a resumed CUDA run draws what it would have.
-
-`trainer.dtype=auto` (the default) picks the native dtype of the device (`auto_dtype`): bf16 on a GPU
-that has it and on a CPU with bf16 instructions (x86 avx512_bf16 / amx_bf16, aarch64 bf16), fp32
-elsewhere (where bf16 would be emulated, ~6x slower: docs/lean.md). rlx.config.preflight writes the resolved
-name back into `cfg.trainer.dtype`, so the recorded config (checkpoints, summary.json, wandb) says fp32 or
-bf16, never auto, and a resume on a machine where auto picks the other one is refused naming both
-(rlx.run.resume.dtype_refusal).
-"""
+"""Devices: resolve `trainer.device` / `dtype` / `threads` once, before any work (docs/engine.md, "Devices").
+Forwards run under `autocast(trainer)`, a no-op in fp32; `trainer.dtype=auto` is recorded resolved."""
 
 from __future__ import annotations
 
@@ -28,8 +17,7 @@ DTYPE_CHOICES = ("auto", *DTYPES)  # trainer.dtype
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Where and in what dtype the run computes, resolved from the `trainer` config group (not `train`,
-    the loop's schedule)."""
+    """Where and in what dtype the run computes, resolved from the `trainer` config group."""
 
     device: torch.device
     dtype: torch.dtype  # compute dtype of forward passes (autocast); parameters keep theirs
@@ -51,8 +39,7 @@ STRATEGIES = ("ddp", "fsdp")  # trainer.strategy (rlx.algo.data_parallel.DataPar
 
 
 def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
-    """The DeviceSpec for a `trainer` config; raises ValueError naming the key before any work. Under
-    torchrun each rank computes on its own device: cuda means cuda:LOCAL_RANK."""
+    """The DeviceSpec for a `trainer` config; ValueError naming the key before any work."""
     dev = rank_device(cfg.device, world_size, local_rank)
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"trainer.strategy: '{cfg.strategy}' is not one of {list(STRATEGIES)}")
@@ -79,10 +66,7 @@ def resolve(cfg, world_size: int = 1, local_rank: int = 0) -> DeviceSpec:
 
 
 def rank_device(device: str, world_size: int = 1, local_rank: int = 0) -> torch.device:
-    """The device `trainer.device` means for this process; the process group (rlx.run.distributed.init)
-    makes it the current CUDA device. Under torchrun / SLURM (world_size > 1) every rank computes on its
-    node's GPU number LOCAL_RANK: `cuda` and `auto` mean cuda:LOCAL_RANK, and an explicit cuda:N is
-    refused (N ranks on one GPU: NCCL refuses duplicate GPUs); CUDA_VISIBLE_DEVICES chooses the GPUs."""
+    """The device `trainer.device` means here: cuda:LOCAL_RANK under torchrun / SLURM (there cuda:N is refused)."""
     dev = str(device)
     if dev not in ("auto", "cpu", "cuda") and not dev.startswith("cuda:"):
         raise ValueError(f"trainer.device: '{dev}' is not auto, cpu, cuda or cuda:N")
@@ -106,9 +90,7 @@ def rank_device(device: str, world_size: int = 1, local_rank: int = 0) -> torch.
 
 
 def auto_dtype(device) -> tuple[str, str]:
-    """(fp32 | bf16, why) that `trainer.dtype=auto` picks on `device`: bf16 on a CUDA device that supports it
-    (compute capability >= 8.0) and on a CPU with native bf16 instructions (`cpu_bf16_flags`), fp32 on any
-    other (a CPU without them, or whose flags cannot be read, emulates bf16 several times slower)."""
+    """(fp32 | bf16, why) `trainer.dtype=auto` picks on `device`: bf16 where it is native, else fp32."""
     dev = torch.device(device)
     if dev.type == "cuda":
         if torch.cuda.is_bf16_supported():
@@ -123,8 +105,7 @@ def auto_dtype(device) -> tuple[str, str]:
 
 
 def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
-    """The CPU's native bf16 instruction sets in /proc/cpuinfo (x86 avx512_bf16, amx_bf16; aarch64 bf16);
-    [] if none. Where the file is unreadable (not Linux): ["unknown"], nothing to warn about."""
+    """The CPU's native bf16 instruction sets in /proc/cpuinfo ([] if none, ["unknown"] where unreadable)."""
     try:
         with open(cpuinfo) as f:
             words = set(f.read().split())

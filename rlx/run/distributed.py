@@ -1,21 +1,5 @@
-"""Data parallelism over torch.distributed (launched by torchrun): the process group, prompt shards, and
-the few collectives the loop needs. `-m rlx.train` alone is one process and touches none of this.
-
-How an RL step runs on N ranks (docs/cluster.md):
-- every rank draws the same prompts (same seeds, same task state) and the same per-row sampling seeds;
-  rank r generates only its contiguous share of the prompts (groups stay on one rank), then the
-  batches are all-gathered, so every rank holds the whole global batch, in prompt order;
-- rewards, batch shaping, advantages and the full-batch token weights are computed on that global
-  batch (identical on every rank by construction);
-- the update's micro-batches are dealt out round-robin; each rank backpropagates its own, and the
-  gradients are summed across ranks by torch's DDP (`trainer.strategy=ddp`: replicated weights) or
-  FSDP2 (`fsdp`: `fully_shard` on every decoder layer), so the optimizer step is the one a single
-  process would take on the same global batch (up to float summation order);
-- rank 0 alone writes metrics.jsonl, summary.json, wandb and checkpoints; every rank resumes from them.
-
-Collectives time out after `trainer.dist_timeout_s`; a rank that raises ends the run through torchrun,
-which names the failed rank and its traceback (rlx.train's main is wrapped in torchrun's `record`).
-"""
+"""Data parallelism over torch.distributed (torchrun or SLURM): the process group, prompt shards and the few
+collectives the loop needs (docs/cluster.md); a rank that raises ends the run through torchrun."""
 
 from __future__ import annotations
 
@@ -77,10 +61,8 @@ class World:
 
 
 def env_from_slurm(env: dict, first_host=None) -> dict:
-    """torch.distributed's env:// variables from SLURM's, for jobs whose tasks are the ranks (one SLURM
-    task per device, as `hydra/launcher=submitit_slurm_ddp` starts them) rather than torchrun workers.
-    Returns the variables to set ({} when torchrun's are present, or outside an `srun` step of several
-    tasks: a plain `python -m rlx.train` in an allocation of many tasks is one process, not rank 0 of N)."""
+    """torch.distributed's env:// variables from SLURM's, for jobs whose tasks are the ranks; {} when torchrun's
+    are set, or outside an `srun` step of several tasks (one process, not rank 0 of N)."""
     if "WORLD_SIZE" in env or int(env.get("SLURM_STEP_NUM_TASKS", "1")) <= 1 or "SLURM_PROCID" not in env:
         return {}
     if "MASTER_ADDR" in env:
@@ -118,16 +100,12 @@ def launched_world_size() -> int:
 
 
 def backend(device: torch.device) -> str:
-    """The process group's backend for ranks that compute on `device`. On CUDA, NCCL serves the CUDA
-    tensors (DDP's and FSDP's gradients) and gloo the CPU ones: the loop all-reduces CPU statistics
-    (`DataParallel.reduce_stats`) and gathers pickled batches, and NCCL alone has no backend for cpu."""
+    """The backend: on CUDA, NCCL for CUDA tensors and gloo for the CPU ones, which NCCL alone cannot serve."""
     return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
 def process_device(trainer_cfg) -> torch.device:
-    """The device this process computes on, as the launcher's variables (torchrun's or SLURM's) place it: the
-    rule `rlx.run.device.resolve` applies (one GPU per rank, cuda:LOCAL_RANK), so the current CUDA device
-    init sets is the one the model, DDP and the engine use."""
+    """The device the launcher's variables place this process on (cuda:LOCAL_RANK), the one init sets."""
     return rank_device(trainer_cfg.device, launched_world_size(), env_local_rank())
 
 
@@ -146,16 +124,12 @@ def init(trainer_cfg) -> World:
     return World(dist.get_rank(), dist.get_world_size(), local_rank)
 
 
-# how long the other ranks wait for rank 0 to build the policy (`main_first`): an SFT stage on a cache miss,
-# a base loaded and quantized on the CPU, may take hours; a rank 0 that fails ends them at once (torchrun)
+# rank 0's build of the policy (`main_first`: an SFT stage, a CPU quantization) may take hours
 BUILD_TIMEOUT_S = 24 * 3600.0
 
 
 def main_first(world: World, build, timeout_s: float = BUILD_TIMEOUT_S):
-    """`build()` on rank 0, then on the other ranks (which find what rank 0 cached: the SFT base, a converted
-    model), each rank's result returned. The waits run on a gloo group of their own whose timeout is
-    `timeout_s`, not `trainer.dist_timeout_s`: a collective's timeout would end the waiting ranks while rank 0
-    still builds."""
+    """`build()` on rank 0, then the others (finding its caches), waiting on their own gloo group with `timeout_s`."""
     if not world.distributed:
         return build()
     wait = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
@@ -171,8 +145,7 @@ def main_first(world: World, build, timeout_s: float = BUILD_TIMEOUT_S):
 
 
 def join(trainer_cfg, run_dir):
-    """init(), and the run directory every rank uses: rank 0's. (Each rank's Hydra named one from its own
-    clock; the others', left empty, are removed.) Ranks other than 0 log only warnings and errors."""
+    """init(), and the run directory every rank uses: rank 0's; other ranks log only warnings and errors."""
     from pathlib import Path
 
     world = init(trainer_cfg)

@@ -1,14 +1,5 @@
-"""One process per run directory: two `rlx.train` on one directory would interleave their metrics.jsonl rows,
-overwrite each other's checkpoints and summary.json, and a resume would read whichever landed last.
-
-That happens by accident: a sweep run in two lanes (two commands, each given half the arm files, both
-reaching a job the other is still running), a sweep command rerun while it is still going, or `train.resume`
-from a second shell. `hold(run_dir)` takes an exclusive, non-blocking `flock` on RUN/.rlx.lock for the life
-of the process and refuses a second holder with the first one's pid, host and start time; it is taken
-before anything is built or written, and the kernel drops it when the holder exits, however it exits (a
-kill -9 leaves no stale lock). The file stays behind, empty of meaning once unlocked; deleting it would
-race a process that has just opened it.
-"""
+"""One process per run directory (docs/runs.md): an exclusive non-blocking `flock` on RUN/.rlx.lock, which the
+kernel drops however the holder exits; the file stays (deleting it would race a process opening it)."""
 
 from __future__ import annotations
 
@@ -26,7 +17,7 @@ class RunDirBusy(ValueError):
 
 
 def hold(run_dir: Path):
-    """The open lock file (keep it: closing it, or exiting, releases the lock); RunDirBusy if it is held."""
+    """The open lock file (closing it, or exiting, releases the lock); RunDirBusy if it is held."""
     path = Path(run_dir) / LOCK
     f = open(path, "a+")
     try:

@@ -47,8 +47,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_summary(run_dir: Path, summary: dict, failing: bool) -> None:
-    """summary.json; when the run is already failing (e.g. a full disk during a checkpoint), a summary that
-    cannot be written is said and the run's own error stays the one raised (the last the user sees)."""
+    """summary.json; while the run is failing, a failed write is only said: the run's own error is raised."""
     try:
         write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
     except OSError as e:
@@ -104,9 +103,7 @@ class RunLogger:
                 self._truncate_after(path, resume_step)
             elif resume_step is None and path.exists() and path.stat().st_size > 0:  # a fresh start in a used dir
                 self._set_aside(path)
-        self.sha = git_sha(code_dir)
-        self.wandb = None
-        self.run_id = run_id
+        self.sha, self.wandb, self.run_id = git_sha(code_dir), None, run_id
         if lc.mode != "disabled":
             import wandb
 
@@ -119,8 +116,7 @@ class RunLogger:
             self.run_id = self.wandb.id
 
     def _set_aside(self, path: Path) -> None:
-        """An earlier start that never reached a checkpoint left rows here: keep them, under another
-        name, so this start logs each step once and nothing is lost."""
+        """Keep an earlier start's rows (it reached no checkpoint) under another name: each step is logged once."""
         n = 1
         while (self.run_dir / f"{path.stem}.prev-{n}.jsonl").exists():
             n += 1
@@ -130,8 +126,7 @@ class RunLogger:
              f"this start writes a fresh {path.name}")
 
     def _truncate_after(self, path: Path, step: int) -> None:
-        """On resume, drop lines logged after the checkpoint (they will be logged again), atomically.
-        A half-written last line is dropped (and said so); an invalid line before it raises MetricsFileError."""
+        """On resume, drop the lines logged after the checkpoint (logged again), atomically; see parse_metrics."""
         rows, dropped = parse_metrics(path)
         if dropped:
             say(f"[resume] {dropped}")
@@ -145,18 +140,14 @@ class RunLogger:
             self.wandb.log({k: v for k, v in row.items() if k != "step"}, step=step)
 
     def log_prompts(self, examples: list, step: int) -> None:
-        """The prompt ledger, prompts.jsonl: the training prompts step `step` consumed (refills included),
-        as their place in the task's stream (Example.index: epoch x train size + position) and their keys.
-        Truncated on resume like metrics.jsonl, so it reads as one run: each index once (rank 0's)."""
+        """The prompt ledger, prompts.jsonl: stream indices and keys of the prompts step `step` consumed."""
         row = {"step": step, "index": [int(e.index) for e in examples], "key": [e.key for e in examples]}
         with self.prompts_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
 
     def log_completions(self, rows: list[dict] | None, step: int) -> None:
-        """A completion table (rlx.algo.completions): appended to completions.jsonl and logged to wandb as
-        `completions`. Size-bounded by logger.completions_max_mb: the file keeps the newest dumps (when
-        a dump would pass the cap, the oldest are dropped until the file is at most half of it); wandb
-        gets tables until their total reaches the cap (then none, said once: its history cannot shrink)."""
+        """A completion table, appended to completions.jsonl (oldest dumps dropped to half the cap when it would pass
+        logger.completions_max_mb) and sent to wandb until the tables reach the cap (its history cannot shrink)."""
         if not rows:
             return
         lines = [json.dumps({k: _jsonable(v) for k, v in r.items()}) + "\n" for r in rows]

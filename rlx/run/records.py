@@ -1,11 +1,5 @@
-"""The one reader of run directories and sweeps: metrics.jsonl, summary.json, .hydra config and overrides, status.
-
-A run directory (DESIGN.md) holds `.hydra/{config,overrides}.yaml`, `metrics.jsonl` (one JSON row
-per log call, each with its `step`) and, once the run ends, `summary.json` (`status` finished |
-failed, final metrics). A sweep directory holds run directories at any depth. Every command
-(report, scaling fits, compare, benchmarks), the training loop's resume and the tests read runs
-through this module; it imports nothing heavier than yaml (OmegaConf only to resolve a config).
-"""
+"""The one reader of run directories and sweeps (metrics.jsonl, summary.json, the .hydra config and overrides):
+reports, fits, benchmarks, resume and tests read runs through it. It imports nothing heavier than yaml."""
 
 from __future__ import annotations
 
@@ -24,15 +18,8 @@ class MetricsFileError(ValueError):
 
 def parse_metrics(path: Path, text: str | bytes | None = None, strict: bool = True,
                   key: str = "step") -> tuple[list[tuple[str, dict]], str | None]:
-    """(line, row) of every row of a metrics.jsonl (or of any JSON-lines file whose rows carry `key`, e.g.
-    predictive.jsonl's "round"), and a message if a line was dropped (else None).
-
-    A row is a JSON object whose `key` is a whole number >= 0 (not "3", null, 1.5 or 1e400 = inf: a
-    resume compares steps, a report sorts by them), in valid UTF-8. Only the last line can be half
-    written (a kill or a full disk while appending): if it is not a valid row it is dropped (a valid row
-    missing only its newline is kept). strict=True: any other invalid line raises MetricsFileError naming
-    the file and line number (what a resume must do); strict=False: it is skipped too and counted in the
-    message (what a report over a damaged sweep does)."""
+    """(line, row) of every row of a JSON-lines file (rows carry a whole number `key` >= 0), and a note of drops: a
+    cut last line is dropped; another invalid one raises MetricsFileError (strict: resume) or is skipped."""
     path = Path(path)
     raw = path.read_bytes() if text is None else text if isinstance(text, bytes) else text.encode()
     lines = raw.split(b"\n")
@@ -84,8 +71,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def logged_steps(run_dir: str | Path, upto: int) -> list[tuple[int, dict]]:
-    """(step, row) for steps 1..upto of RUN/metrics.jsonl, the last row logged for each step, in step order: what
-    a resumed run's monitors replay; [] when upto <= 0 or nothing was logged."""
+    """(step, row) for steps 1..upto of RUN/metrics.jsonl, the last row of each step: what a resume replays."""
     if upto <= 0 or not (Path(run_dir) / METRICS).is_file():
         return []
     rows = {int(row["step"]): row for row in read_metrics(run_dir) if 1 <= int(row["step"]) <= upto}
@@ -122,8 +108,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        """finished | failed | incomplete (no summary.json: still running, killed, or crashed while being built
-        outside a sweep)."""
+        """finished | failed | incomplete (no summary.json: running, killed, or crashed while built)."""
         return str(self.summary.get("status", "incomplete")) if self.summary else "incomplete"
 
     @property
@@ -230,11 +215,7 @@ def natural_key(name: str) -> list:
 
 
 def find_runs(root: str | Path, marker: str = METRICS) -> list[Path]:
-    """Every directory under root (root included, any depth, no hidden ones) holding `marker`, in natural order.
-
-    marker: metrics.jsonl (runs that logged: what the fits read) or .hydra/config.yaml (every job a
-    sweep launched, including those that crashed before their first log line: what the report lists).
-    """
+    """Directories under root (itself included, no hidden ones) holding `marker`, in natural order."""
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"{root}: no such directory")

@@ -1,11 +1,5 @@
-"""A run's checkpoint and how the run continues from it: what `save` stores (everything the next step
-depends on: weights, optimizer, scheduler, every RNG stream, the task's position, curriculum, NExt
-records, stale-mode versions, compute so far, the config with the dtype `trainer.dtype=auto` resolved to,
-and the machine that chose it) and what `resume` restores and refuses (a config that differs from the
-recorded one, except bookkeeping keys; a run moved to a machine where auto picks the other dtype is
-refused naming both, `dtype_refusal`). Files are written by
-rlx.run.checkpoint (atomic, verified); under torchrun rank 0 writes and every rank resumes.
-"""
+"""What a checkpoint stores of a run (everything the next step depends on) and how the run continues from it:
+a config that differs from the recorded one is refused, bookkeeping keys aside (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +19,7 @@ from rlx.run.logging import say as _log
 
 @dataclass
 class RunState:
-    """What the run has done so far, beside its components: the step it resumed after, its wandb run id
-    and the compute spent (perf/compute/*; wall time of earlier sessions in `wall_offset`)."""
+    """The step the run resumed after, its wandb run id and the compute spent (earlier wall time: `wall_offset`)."""
 
     start_step: int = 0
     run_id: str | None = None
@@ -40,8 +33,7 @@ class RunState:
         return {f"perf/compute/{k}": v for k, v in self.compute.items()}
 
     def count_step(self, n_params: int, generated: int, trained: int) -> None:
-        """One RL step's compute: a forward per generated token (2N FLOPs), a forward and a backward per
-        trained token (6N), with N the policy's parameters."""
+        """One RL step's compute: 2N FLOPs per generated token, 6N per trained one (N parameters)."""
         self.compute["steps"] += 1
         self.compute["tokens"] += generated
         self.compute["flops"] += 2.0 * n_params * generated + 6.0 * n_params * trained
@@ -49,8 +41,7 @@ class RunState:
 
 @dataclass
 class Resumable:
-    """The components whose state a checkpoint holds, bound once they are built: `save` stores them,
-    `restore` puts a checkpoint back into them (the policy's weights are already loaded by then)."""
+    """The components whose state a checkpoint holds: `save` stores them, `restore` puts a checkpoint back."""
 
     cfg: DictConfig
     run_dir: Path
@@ -68,8 +59,7 @@ class Resumable:
     schedule: object  # the rollout schedule (stale mode keeps policy versions)
 
     def restore(self, found: tuple | None, state: RunState) -> None:
-        """Restore a run from `found` = (path, state) of Checkpointer.load_latest (a corrupt checkpoint was
-        logged and skipped, all corrupt: CheckpointError)."""
+        """Restore from `found` = (path, state) of Checkpointer.load_latest (the weights are loaded by then)."""
         if found is None:
             return
         latest, st = found
@@ -112,8 +102,7 @@ class Resumable:
 
 
 def restore_recorded_config(run_dir: Path, ran: dict, world: dist.World) -> None:
-    """Put the config that ran back into `.hydra/config.yaml`, which Hydra has just overwritten with this
-    launch's settings (a launch that trained nothing under them), so the recorded config is what ran."""
+    """Put the config that ran back into `.hydra/config.yaml`, which Hydra overwrote with this refused launch's."""
     hydra_cfg = Path(run_dir) / ".hydra" / "config.yaml"
     if hydra_cfg.is_file() and world.is_main:
         hydra_cfg.write_text(OmegaConf.to_yaml(OmegaConf.create(ran)))
@@ -121,8 +110,7 @@ def restore_recorded_config(run_dir: Path, ran: dict, world: dist.World) -> None
 
 def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: dist.World,
                    record: dict | None = None) -> None:
-    """A resume under settings other than the checkpoint's is refused, naming each change (a change of the
-    compute dtype with its own message: `dtype_refusal`). `record`: the checkpoint's `dtype_record`."""
+    """Refuse a resume under other settings than the checkpoint's, naming each change (the dtype's: `dtype_refusal`)."""
     changed = config_changes(saved, cfg)
     if not changed:
         return
@@ -141,8 +129,7 @@ def refuse_changes(latest: Path, saved: dict | None, cfg, run_dir: Path, world: 
 # keys a resumed run may change (bookkeeping, budget, where it runs); anything else is refused
 RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.log_every", "train.progress",
                      "train.resume", "train.callbacks", "logger.", "trainer.threads", "trainer.device",
-                     "trainer.dist_timeout_s",
-                     "model.cache_dir", "paper", "report",
+                     "trainer.dist_timeout_s", "model.cache_dir", "paper", "report",
                      "rollout.server.placement",  # where local servers run, as trainer.device
                      "trainer.malloc_mmap_threshold_mb",  # where freed blocks go: no value changes
                      "model.gradient_checkpointing",  # memory only: the recomputed forward gives bitwise the same grads
@@ -154,18 +141,14 @@ RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "tra
                      "train.fail_at_step", "train.fail_rank")
 
 
-# keys read only under one setting: a run where neither side has that setting may resume across their
-# change or their addition (key prefix -> (the setting, its value))
+# keys read under one setting only, free to change where neither side has it (prefix -> (setting, value))
 UNREAD_UNLESS = {"rollout.server.": ("rollout.engine", "vllm_server"),
                  "rollout.staleness_policy": ("rollout.mode", "async"),
                  "rollout.queue_batches": ("rollout.mode", "async")}
 
 
 def finished_before(cfg, run_dir: Path) -> dict | None:
-    """The summary of a run that already finished in `run_dir` with this config and step budget and whose
-    checkpoints are gone (deleted to save disk once it finished): rerunning its sweep skips it. None when
-    there is something to run, or a checkpoint to resume from (a finished run resumes from its newest
-    one and ends at once, or from an older one if that is corrupt)."""
+    """The summary of a finished run in `run_dir` whose checkpoints were deleted (a rerun skips it), else None."""
     path = Path(run_dir) / "summary.json"
     if cfg.train.resume != "auto" or not path.is_file() or any((Path(run_dir) / "ckpt").glob("step_*")):
         return None
@@ -183,8 +166,7 @@ def finished_before(cfg, run_dir: Path) -> dict | None:
 
 
 def dtype_record(cfg) -> dict:
-    """What a checkpoint (and summary.json) records of the compute dtype: the resolved `trainer.dtype` and the
-    machine that resolved it (device, the CPU's native bf16 instruction sets, the GPU's name)."""
+    """The resolved `trainer.dtype` and the machine that resolved it (device, CPU bf16 flags, GPU name)."""
     import torch
 
     from rlx.run.device import cpu_bf16_flags
@@ -210,8 +192,7 @@ def _machine(rec: dict | None) -> str:
 
 
 def dtype_refusal(where: str, saved: dict, cfg, record: dict | None, other: list[str]) -> str:
-    """The refusal of a run resumed (or rerun) in a dtype other than the one it computed in: names both, the
-    machines that chose them, and the two ways on (keep the run's dtype by naming it, or a new run)."""
+    """The refusal of a run resumed in another dtype: both, the machines that chose them, and the two ways on."""
     from rlx.run.device import auto_dtype
 
     old, new = str((saved.get("trainer") or {}).get("dtype")), str(cfg.trainer.dtype)

@@ -1,8 +1,5 @@
-"""What a training process keeps around its loop (rlx.train): the logger, the progress bar or step lines,
-and summary.json on the way out, whether the run ended or failed.
-
-Rank 0 alone writes metrics.jsonl, wandb and summary.json; the other ranks log nothing (NullLogger).
-"""
+"""What a training process keeps around its loop: the logger (rank 0's; NullLogger elsewhere), the progress bar
+or step lines, and summary.json on the way out, whether the run ended or failed."""
 
 from __future__ import annotations
 
@@ -50,8 +47,7 @@ class Session:
             self.progress = tqdm(total=self.cfg.train.steps, initial=start_step, desc="rl", dynamic_ncols=True)
 
     def log(self, step: int, m: dict, rows: list | None, consumed: list) -> None:
-        """Step `step`'s metrics, completion-table rows (None unless due) and consumed prompts; the bar, or a line
-        every train.log_every steps (sweeps, logs)."""
+        """Step `step`'s metrics, completion-table rows (None unless due) and consumed prompts; the bar or a line."""
         self.logger.log(m, step=step)
         self.logger.log_completions(rows, step)
         self.logger.log_prompts(consumed, step)
@@ -74,9 +70,7 @@ class Session:
         self.summary.update({"status": "failed", "error": error})
 
     def close(self, t_start: float) -> None:
-        """Write the summary (rank 0) and close the logger, whether the run ended or failed. `t_start` is this
-        process's start moved back by the wall time earlier processes of a resumed run had reached at the
-        checkpoint it resumed from, so `wall_s` is the whole run's."""
+        """Write the summary (rank 0) and close the logger; `t_start` is moved back by earlier processes' wall time."""
         if self.progress is not None:
             self.progress.close()
         self.summary["wall_s"] = time.time() - t_start
@@ -89,9 +83,7 @@ class Session:
 
 
 def sweep_job_failed(run_dir: Path, e: Exception) -> None:
-    """A sweep job that died while building, before its session could write summary.json, gets one that says
-    "failed" with the error, so the sweep's reports mark it (a directory another process holds is that
-    process's to write)."""
+    """A sweep job that died while building gets a failed summary.json (unless another process holds it)."""
     summary = Path(run_dir) / "summary.json"
     if not summary.exists() and not isinstance(e, RunDirBusy):
         write_text_atomic(summary, json.dumps({"status": "failed", "error": f"{type(e).__name__}: {e}"}, indent=2))

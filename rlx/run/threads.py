@@ -1,17 +1,5 @@
-"""torch's CPU threads sized to the cores that are free (`trainer.threads=-1`, the default).
-
-On a machine shared with other jobs, torch's default (one OpenMP thread per core) makes every op
-wait at a barrier for a thread that the kernel has descheduled to run the other job (measured in
-docs/threads.md). One thread per *free* core avoids that and keeps the idle speed. The free cores
-are measured, not guessed: /proc/stat gives the busy time of all processes, and this process's own
-(its children included: the reward workers) is taken out; what remains over the last interval is
-what the others used. `tick()` re-measures between RL steps, so a job that starts or ends mid-run
-changes the count at the next step. The count never exceeds this process's share of the cores:
-cores / LOCAL_WORLD_SIZE under torchrun, and OMP_NUM_THREADS when it is set.
-
-A different thread count can change a float sum in its last bits, so a rerun (or a resume after a
-kill) is bitwise the same only with a fixed `trainer.threads=N` (the tests use 1).
-"""
+"""torch's CPU threads sized to the free cores (`trainer.threads=-1`; docs/threads.md): an OpenMP team waits at
+every op for a descheduled thread. Measured from /proc/stat less this process's own time, between RL steps."""
 
 from __future__ import annotations
 
@@ -71,8 +59,7 @@ def _live_children_s() -> float:
 
 
 def share() -> int:
-    """The most threads this process may use: its cores, split among torchrun's local ranks, and
-    no more than OMP_NUM_THREADS when that is set."""
+    """The most threads this process may use: its cores over torchrun's local ranks, at most OMP_NUM_THREADS."""
     n = _cores() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) > 0:
