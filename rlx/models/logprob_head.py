@@ -1,15 +1,5 @@
-"""Log-probs and entropies of target tokens through the LM head, without the [N, T, V] logits.
-
-The full-vocabulary path (`full_head`) materialises fp32 logits, their log_softmax and an exp: with
-SmolLM2's V = 49,152 that is ~0.5 GB per tensor for 16 x 160 tokens, more in the backward.
-`chunked_head` computes the head over `chunk` tokens at a time, keeps only one log-sum-exp per token
-for the backward, and recomputes each chunk's logits there (prime-rl's fused chunked LM head and
-NeMo-RL's chunked cross-entropy do the same). Peak memory of the head is then O(chunk * V), not
-O(N * T * V); the price is one more head matmul per token in the backward.
-
-Both take the hidden states of the positions that need a log-prob only ([M, H], padding already
-dropped), so no head FLOP is spent on padding either.
-"""
+"""Log-probs and entropies of target tokens through the LM head without the [N, T, V] logits (docs/lean.md):
+`chunk` tokens at a time, each chunk's logits recomputed in the backward, only the positions that need one."""
 
 from __future__ import annotations
 
@@ -19,8 +9,7 @@ from torch import nn
 
 
 def head_dtype(hidden: torch.Tensor, weight: torch.Tensor, fp32_head: bool) -> torch.dtype:
-    """The dtype the head's matmul runs in: fp32 with `fp32_head`, else what `lm_head(hidden)` would
-    use (the autocast dtype under autocast, the weight's dtype otherwise)."""
+    """The dtype the head's matmul runs in: fp32 with `fp32_head`, else what `lm_head(hidden)` would use."""
     if fp32_head:
         return torch.float32
     dev = hidden.device.type
@@ -91,9 +80,7 @@ class _ChunkedHead(torch.autograd.Function):
 
 def chunked_head(head: nn.Module, hidden: torch.Tensor, target: torch.Tensor, temperature: float,
                  fp32_head: bool, chunk: int, want_entropy: bool):
-    """(logp [M], entropy [M] or None) of `target` [M] after hidden [M, H], `chunk` tokens at a time.
-    A plain nn.Linear head runs the fused function above; any other head module (a LoRA-wrapped or
-    quantized head) runs per chunk under activation checkpointing, with the same numerics."""
+    """(logp [M], entropy [M] | None) of target [M] after hidden [M, H], `chunk` at a time (nn.Linear: fused)."""
     inv_temp = 1.0 / max(temperature, 1e-6)
     if type(head) is nn.Linear:
         dtype = head_dtype(hidden, head.weight, fp32_head)

@@ -1,11 +1,10 @@
-"""The default policy: a tiny Qwen2 built from a config, warm-started by a short SFT on the task's
-training split, and cached on disk keyed by (model config incl. the SFT seed, task config)."""
+"""The default policy: a tiny Qwen2, warm-started by a short SFT on the task's training split, cached on disk
+keyed by (model config incl. the SFT seed, task config)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -17,6 +16,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rlx.models.config import LEGACY_SFT_KEYS
 from rlx.models.forward import token_logprobs
+from rlx.models.sft.loop import schedule
 from rlx.models.tokenizer import build_char_tokenizer
 
 CACHE_VERSION = 1
@@ -49,20 +49,12 @@ def cache_key(model_cfg, task_cfg) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def demonstration(target: str, sloppy: bool, prefix: str) -> str:
-    """The SFT target as the (possibly imperfect) demonstrator writes it: `prefix + target` when sloppy."""
-    return prefix + target if sloppy else target
-
-
 def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
     """Teacher-forced cross-entropy on prompt -> target completion (+eos) of the training split."""
-    if not 0.0 <= sft_cfg.demo_prefix_frac <= 1.0:
-        raise ValueError(f"model.sft.demo_prefix_frac must be in [0, 1], got {sft_cfg.demo_prefix_frac}")
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=sft_cfg.lr, weight_decay=0.0)
     total = sft_cfg.steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, sft_cfg.warmup_steps))
-                                              * 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: schedule(s, total, sft_cfg.warmup_steps))
     data = task.train
     model.train()
     loss_v = float("nan")
@@ -71,7 +63,8 @@ def sft_warm_start(model, tok, task, sft_cfg, seed: int, log=print) -> dict:
         prompts = [tok(data[i].prompt, add_special_tokens=False).input_ids for i in idx]
         sloppy = ((torch.rand(len(idx), generator=g) < sft_cfg.demo_prefix_frac).tolist()
                   if sft_cfg.demo_prefix_frac > 0 else [False] * len(idx))  # clean: no draw
-        targets = [tok(demonstration(data[i].target, f, sft_cfg.demo_prefix), add_special_tokens=False).input_ids
+        # the imperfect demonstrator writes demo_prefix before a sloppy row's target
+        targets = [tok((sft_cfg.demo_prefix if f else "") + data[i].target, add_special_tokens=False).input_ids
                    + [tok.eos_token_id] for i, f in zip(idx, sloppy)]
         P = max(len(p) for p in prompts)
         T = max(len(t) for t in targets)
@@ -105,8 +98,7 @@ def load_or_build_tiny(model_cfg, task_cfg, task, log=print, tok=None):
     if not (cache / "config.json").is_file():
         _build_and_publish(model_cfg, task, tok, cache, log)
     log(f"[model] tiny base from cache {cache}")
-    # Always the saved copy, so a fresh run and a resumed one start from bitwise the same base.
-    model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)
+    model = Qwen2ForCausalLM.from_pretrained(cache, dtype=torch.float32)  # saved copy: fresh = resumed, bitwise
     return model.eval(), tok, cache
 
 
@@ -121,10 +113,8 @@ def _build_and_publish(model_cfg, task, tok, cache: Path, log) -> None:
 
 
 def publish(model, tok, cache: Path, files: dict[str, str] | None = None) -> None:
-    """Atomic publish of model + tokenizer (+ `files`: name -> text, e.g. the SFT stage's record) at
-    `cache`: write into a temp dir beside the target, then rename, so a killed build leaves nothing
-    half-written. A concurrent builder (parallel sweep jobs) may win the race; then its identical copy
-    is used."""
+    """Atomic publish of model + tokenizer (+ `files`: name -> text) at `cache` (temp dir + rename); when a
+    concurrent builder wins the race, its identical copy is used."""
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}-", dir=cache.parent))
     try:

@@ -1,5 +1,5 @@
 """The trainable tensors of a policy (the LoRA adapter; every weight with model.finetune=full): what changes
-between policy versions, so what an engine's own copy, a stale-rollout snapshot or a mismatch probe swaps."""
+between versions, so what an engine's own copy, a stale-rollout snapshot or a mismatch probe swaps."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import torch
 
 
 def trainable_state(policy) -> dict[str, torch.Tensor]:
-    """Detached copies of the trainable tensors (the LoRA adapter; every weight with model.finetune=full):
-    what changes between versions.  # name -> tensor"""
+    """Detached copies of the trainable tensors.  # name -> tensor"""
     return {n: q.detach().clone() for n, q in policy.named_parameters() if q.requires_grad}
 
 

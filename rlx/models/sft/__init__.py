@@ -1,12 +1,5 @@
-"""The SFT stage of any model (model.sft.data set; docs/models.md, "SFT warm start for any model"):
-TRL's SFTTrainer-then-GRPOTrainer as one run. The base (tiny random init, model.path, or the converted
-GGUF) is fine-tuned on chat-rendered (prompt, completion) pairs with the loss on completion tokens only,
-LoRA (merged afterwards) or full, and saved once under `model.cache_dir/sft-<key>` (rlx.models.sft.cache);
-RL then loads that directory as its base and puts its own LoRA (or full fine-tuning) on top.
-
-The SFT rows never hold a held-out question of the RL run (dropped, then checked by question text),
-a slice of them is held out for the SFT loss (before and after), and RL's training split skips the SFT
-problems when model.sft.exclude_from_rl (they are worked out every run, cache hit or not)."""
+"""The SFT stage of any model (model.sft.data; docs/models.md, "SFT warm start for any model"): fine-tuned on
+chat-rendered pairs, loss on the completion, saved once under `model.cache_dir/sft-<key>`, RL's base."""
 
 from __future__ import annotations
 
@@ -33,18 +26,14 @@ def enabled(model_cfg) -> bool:
 
 
 def base_label(cfg) -> str:
-    """What the RL run starts from, for the step-0 evaluation's line: "SFT" (the SFT stage of any model,
-    or the tiny warm start) or "pretrained" (hf / gguf as loaded; also the tiny model's random init with
-    model.sft.steps=0, as rlx.train has always called it)."""
+    """"SFT" (the SFT stage, or the tiny warm start) or "pretrained" (hf / gguf as loaded, the tiny random init)."""
     if enabled(cfg.model) or (cfg.model.source == "tiny" and cfg.model.sft.steps > 0):
         return "SFT"
     return "pretrained"
 
 
 def select(cfg, task, tok, log=print) -> list[sft_data.Pair]:
-    """The SFT rows of this run (train and SFT held-out together): model.sft.data without the task's
-    held-out questions, its first model.sft.n; RL's training split then skips them when
-    model.sft.exclude_from_rl. `task` has its prompts rendered (Task.render_chat)."""
+    """The SFT rows (train and held-out): model.sft.data without the task's held-out questions, its first n."""
     sft = cfg.model.sft
     pairs = sft_data.read_pairs(cfg, task, tok)
     held = sft_data.held_out_ids(cfg, task)
@@ -86,9 +75,7 @@ def _trainable(model, sft):
 
 def warm_start(cfg, task, tok, start: Callable[[], torch.nn.Module], hf_dir: Path | None, log=print,
                device: torch.device | str = "cpu") -> Path:
-    """The SFT result's directory, trained now on a cache miss. `start()` builds the float32 model SFT
-    begins from (called under model.sft.seed, only on a miss). Always selects the rows first, so RL's
-    training split skips the SFT problems whether or not the result was cached."""
+    """The SFT result's directory, trained on a cache miss; rows are selected first, so RL skips them either way."""
     sft = cfg.model.sft
     pairs = select(cfg, task, tok, log)
     out = sft_dir(cfg, hf_dir)

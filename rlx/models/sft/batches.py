@@ -1,12 +1,5 @@
-"""Token ids, completion-only loss masks and token-budget batches of the SFT stage.
-
-Token-budget batches, not packing: each batch holds whole rows of similar length, left-padded, with
-rows x longest row <= model.sft.batch_tokens. Packing several rows into one sequence would need a
-block-diagonal attention mask and per-row positions to keep rows from attending to each other, which
-transformers gives only with flash-attention's variable-length kernels (not the CPU's SDPA path);
-without it the loss would change with the packing. Sorting an epoch's rows by length before cutting
-the batches keeps the padding small, and rlx's RL update budgets its micro-batches in tokens the same
-way (algo.micro_batch_tokens)."""
+"""Token ids, completion-only loss masks and token-budget batches of the SFT stage: whole rows of similar length,
+not packing, which would need variable-length attention kernels the CPU lacks (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -26,9 +19,7 @@ class Encoded:
 
 
 def encode(tok, prompt: str, completion: str) -> Encoded:
-    """Prompt and completion tokenized apart, as generation sees them (the prompt alone, then sampled
-    tokens), never merged across the boundary. The completion ends at the first eos its text holds (a
-    chat template's end-of-turn; what follows it, e.g. a newline, is never generated) or gets one."""
+    """Prompt and completion tokenized apart, as generation sees them; the completion ends at its first eos."""
     eos = tok.eos_token
     if eos and eos in completion:
         completion = completion[: completion.index(eos)]
@@ -37,9 +28,7 @@ def encode(tok, prompt: str, completion: str) -> Encoded:
 
 
 def plan(lengths: list[int], batch_tokens: int, rng: random.Random | None) -> list[list[int]]:
-    """Row indices cut into batches with len(batch) * longest row <= batch_tokens. With `rng`: rows
-    shuffled, then sorted by length (equal lengths stay shuffled), batches in shuffled order; without:
-    longest first (the held-out loss)."""
+    """Row indices in batches of len * longest <= batch_tokens, by length (`rng`: ties and order shuffled)."""
     order = list(range(len(lengths)))
     if rng is not None:
         rng.shuffle(order)
@@ -67,8 +56,7 @@ class Batch:
 
 
 def collate(rows: list[Encoded], pad_id: int) -> Batch:
-    """Rows right-aligned so every completion ends at the last column: the last T columns hold each
-    row's completion (and, for shorter completions, the end of its prompt, masked out)."""
+    """Rows right-aligned, so the last T columns hold each row's completion (shorter ones: prompt, masked out)."""
     L = max(len(r) for r in rows)
     T = max(len(r.completion) for r in rows)
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)

@@ -1,16 +1,5 @@
-"""Where an SFT result lives: `model.cache_dir/sft-<key>`, the key a hash of data + model + config, known
-from the config alone (no task or model built), so `rlx.models.base_dir` finds the directory a vLLM
-engine loads and an adapter records as its base.
-
-- data: a content digest of model.sft.data (file, or every file of a save_to_disk directory), and the
-  task config with digests of the task's own files (they decide the held-out questions SFT drops, and
-  for data=task the rows themselves);
-- model: the tiny architecture and char vocabulary, the converted GGUF's directory (named by the
-  file's digest), or a content digest of model.path's files (read once per process, ~1 s per GB);
-  with model.chat_template / model.chat_prompts, which render the prompts;
-- config: every model.sft key that changes the trained weights (not exclude_from_rl, eval_every or
-  the tiny warm start's own keys).
-"""
+"""Where an SFT result lives: `model.cache_dir/sft-<key>`, the key a hash of data + model + every SFT key that
+changes the weights (docs/models.md, "Cache"), known from the config alone, so `rlx.models.base_dir` finds it."""
 
 from __future__ import annotations
 
@@ -22,15 +11,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 CACHE_VERSION = 1
-# model.sft keys that do not change the SFT weights: RL's split, the eval cadence, the tiny warm start's
+# keys that do not change the SFT weights: model.sft's (RL's split, eval cadence, the tiny warm start's) and the
+# task's that only score or report
 NOT_IN_KEY = ("exclude_from_rl", "eval_every", "batch_size", "demo_prefix", "demo_prefix_frac")
-# task keys that only score or report: changing the reward does not retrain SFT
 TASK_NOT_IN_KEY = ("rewards", "default_rewards", "reward_timeout_s", "readings", "answer_phrase")
 
 
 def path_digest(path: str | Path) -> str:
-    """Content digest of a file, or of every file under a directory (with its relative name); each file
-    is read once per process while its size and mtime hold (base_dir asks for it several times a run)."""
+    """Content digest of a file or a directory's files, each read once per process while size and mtime hold."""
     p = Path(path).expanduser().resolve()
     if p.is_file():
         return _file_digest(str(p), *_stamp(p))
@@ -75,8 +63,7 @@ def base_identity(model_cfg, hf_dir: Path | None) -> dict:
 def _task_identity(task_cfg) -> dict:
     t = {k: v for k, v in _plain(task_cfg).items() if k not in TASK_NOT_IN_KEY}
     if t.get("name") == "file" and (t.get("holdout") or t.get("eval_path")):
-        # the SFT data drops the whole held-out slice (or eval file), not only the n_eval rows evaluated
-        # (rlx.tasks.files.held_out_questions): evaluating more or fewer of them is the same SFT
+        # SFT drops the whole held-out slice, not only the n_eval rows evaluated: n_eval is the same SFT
         t.pop("n_eval", None)
     files = {"train_path": t.get("train_path"), "eval_path": t.get("eval_path"),
              **{f"eval.{n}": (s or {}).get("path") for n, s in (t.get("eval") or {}).items()}}

@@ -1,10 +1,5 @@
-"""The SFT stage's rows: (prompt, completion) pairs rendered as the RL run renders its prompts, with the
-task's held-out questions dropped (and checked absent), an SFT held-out slice for the SFT loss, and the
-SFT problems taken out of RL's training split when asked (model.sft.exclude_from_rl).
-
-Sources (model.sft.data): `task`, the task's own training split (its worked solutions, `Example.target`,
-as completions), or a local file read like a task file (rlx.tasks.files.read_rows) holding
-question/answer rows or chat rows (`messages` ending with the assistant turn)."""
+"""The SFT stage's rows: (prompt, completion) pairs rendered as RL renders its prompts, from the task's training
+split or a local file, the task's held-out questions dropped and checked absent."""
 
 from __future__ import annotations
 
@@ -19,11 +14,8 @@ from rlx.tasks.files import held_out_questions, question_text, read_rows
 
 @dataclass(frozen=True)
 class Pair:
-    """One SFT row. `prompt` is the text the policy sees (chat-rendered with the generation prompt, as
-    Task.render_chat renders RL prompts), `completion` the text it should write (a chat template's
-    end-of-turn included). `ids`: the row's question as question_text reads it, in every form it may
-    take elsewhere (raw question, templated prompt, chat messages, rendered prompt): what disjointness
-    from the held-out questions is checked on. `key`: the task example it came from (data=task)."""
+    """One SFT row: `prompt` as the policy sees it, the `completion` it should write, `ids`: question_text of every
+    form of its question (checked against the held-out ones), `key`: its task example (data=task)."""
 
     prompt: str
     completion: str
@@ -41,9 +33,7 @@ def _last_user(messages: list) -> str | None:
 
 
 def render(tok, prompt_messages: list | None, prompt_text: str, completion: str, what: str) -> tuple[str, str]:
-    """(prompt, completion) text. Chat: the prompt is the conversation with the generation prompt, and the
-    completion is what the template adds for the assistant turn (its end-of-turn included), so the
-    loss covers exactly the tokens the policy generates after the prompt."""
+    """(prompt, completion) text; chat: the completion is what the template adds for the assistant turn."""
     if prompt_messages is None:
         return prompt_text, completion
     if not getattr(tok, "chat_template", None):
@@ -59,8 +49,7 @@ def render(tok, prompt_messages: list | None, prompt_text: str, completion: str,
 
 
 def _chat(value, key: str, column: str, what: str, answered: bool) -> list[dict]:
-    """A chat column's value as [{role, content}, ...]; with `answered`, at least two turns, the last the
-    assistant's (the completion). Refused naming the key otherwise."""
+    """A chat column's value as [{role, content}, ...] (`answered`: 2+ turns ending with the assistant's)."""
     ok = (isinstance(value, (list, tuple)) and len(value) >= (2 if answered else 1) and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
         and (not answered or value[-1]["role"] == "assistant"))
@@ -93,8 +82,7 @@ def _row_pair(row: dict, i: int, sft, template: str, chat_prompts: bool, tok, wh
 
 
 def _example_pair(e, tok) -> Pair:
-    """A task training example (already rendered by Task.render_chat) -> Pair; its worked solution
-    (Example.target) is the completion."""
+    """A (rendered) task training example -> Pair; its worked solution (Example.target) is the completion."""
     if e.messages is None:
         return Pair(e.prompt, e.target, _identities(e.prompt), e.key)
     prompt, completion = render(tok, e.messages, e.prompt, e.target, f"task example {e.key}")
@@ -112,9 +100,7 @@ def read_pairs(cfg, task, tok) -> list[Pair]:
 
 
 def held_out_ids(cfg, task) -> set[str]:
-    """Every held-out question of the RL run as question_text, in every form: the task's eval examples
-    (all eval sets) as prompts and chat messages, and a file task's whole held-out slice / eval files
-    read back raw (rlx.tasks.files.held_out_questions)."""
+    """Every held-out question of the RL run as question_text, in every form (and a file task's raw ones)."""
     ids: set[str] = set()
     for e in task.eval + [e for ex in task.eval_sets.values() for e in ex]:
         ids |= _identities(e.prompt, e.messages, e.messages and _last_user(e.messages))
@@ -124,8 +110,7 @@ def held_out_ids(cfg, task) -> set[str]:
 
 
 def drop_held_out(pairs: list[Pair], held: set[str], data: str, log) -> list[Pair]:
-    """The pairs whose question is not held out (GSM8K's train.jsonl holds task.holdout's slice too);
-    refused when none is left: the data would be the evaluation itself."""
+    """The pairs whose question is not held out (GSM8K's train.jsonl holds task.holdout's slice); none: refused."""
     kept = [p for p in pairs if not (p.ids & held)]
     if len(kept) < len(pairs):
         log(f"[sft] dropped {len(pairs) - len(kept)} of {len(pairs)} SFT rows whose question is held out by the task "
@@ -145,9 +130,7 @@ def check_disjoint(pairs: list[Pair], held: set[str]) -> None:
 
 
 def split_eval(pairs: list[Pair], frac: float, seed: int) -> tuple[list[Pair], list[Pair]]:
-    """(train, SFT held-out): ceil(frac * distinct prompts) prompts of smallest sha256(seed, prompt) go to
-    the held-out side with every row that asks them, so no question is on both sides; each side keeps
-    file order. Membership depends on the prompt text and the seed alone."""
+    """(train, SFT held-out) split by prompt (smallest sha256(seed, prompt)): no question on both sides."""
     if frac <= 0:
         return pairs, []
     distinct = sorted({p.prompt for p in pairs}, key=lambda t: hashlib.sha256(f"sft{seed}:{t}".encode()).hexdigest())
@@ -160,8 +143,7 @@ def split_eval(pairs: list[Pair], frac: float, seed: int) -> tuple[list[Pair], l
 
 
 def exclude_from_rl(task, used: list[Pair], log) -> None:
-    """Take the SFT problems out of RL's training split: by example key for data=task, else by question
-    text (so a file's rows match the task's rows that ask the same question in the same words)."""
+    """Take the SFT problems out of RL's training split: by example key (data=task), else by question text."""
     keys = {p.key for p in used if p.key is not None}
     ids = set().union(*(p.ids for p in used))
 

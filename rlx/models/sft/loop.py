@@ -1,5 +1,5 @@
-"""The SFT stage's optimization: token-mean cross-entropy on completion tokens, AdamW with linear
-warm-up then cosine decay (as the tiny warm start), and the held-out loss before, during and after."""
+"""The SFT stage's optimization: token-mean cross-entropy on completion tokens, AdamW with linear warm-up then
+cosine decay, and the held-out loss before, during and after."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ HEAD_CHUNK = 1024  # LM-head tokens at a time: no [B, T, V] logits (SmolLM2's V 
 
 
 def batch_nll(model, batch: Batch) -> tuple[torch.Tensor, int]:
-    """(summed negative log-likelihood of the completion tokens, their count); prompt and padding
-    positions get no head FLOP and no loss."""
+    """(summed NLL of the completion tokens, their count); prompt and padding cost no head FLOP."""
     device = next(model.parameters()).device
     need = batch.loss_mask.to(device)
     logp = token_logprobs(model, batch.ids.to(device), batch.mask.to(device), batch.n_completion,
@@ -46,8 +45,7 @@ def schedule(step: int, total: int, warmup: int) -> float:
 
 
 def batches(train: list[Encoded], batch_tokens: int, seed: int, steps: int, epochs: float) -> list[list[int]]:
-    """The run's batches in order: epoch after epoch of plan(), seeded per epoch; `epochs` > 0 gives
-    ceil(epochs * batches of one pass) steps, else `steps`."""
+    """Epoch after epoch of plan() (seeded per epoch): ceil(epochs * one pass) batches, or `steps` (epochs 0)."""
     lengths = [len(r) for r in train]
 
     def epoch(e: int) -> list[list[int]]:
@@ -63,8 +61,7 @@ def batches(train: list[Encoded], batch_tokens: int, seed: int, steps: int, epoc
 
 
 def train(model, train_rows: list[Encoded], eval_rows: list[Encoded], sft, pad_id: int, log) -> tuple[dict, list[dict]]:
-    """Train `model` in place on `train_rows`; (summary, metric rows). The summary holds
-    sft/eval_loss_before and sft/eval_loss_after, the held-out loss on `eval_rows` (never trained on)."""
+    """Train `model` in place; (summary with the held-out loss before and after, metric rows)."""
     order = batches(train_rows, sft.batch_tokens, sft.seed, sft.steps, sft.epochs)
     total = len(order)
     params = [p for p in model.parameters() if p.requires_grad]
