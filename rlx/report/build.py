@@ -38,8 +38,7 @@ def build_report(root: str | Path, layout: str | None = None, plots: bool = True
 
 def build(root: str | Path, layout: str | None = None, plots: bool = True, base: str | Path | None = None,
           spec_file: Path | None = None) -> tuple[str, list[Path], dict | None]:
-    """(markdown, PNG paths, the report's JSON document or None) for the runs under root; nothing is written
-    except the PNGs. base: the step-0 per-problem file, for a `runs` report (one run per seed) that takes one."""
+    """(markdown, PNG paths, JSON document or None) for the runs under root; writes only the PNGs. base: --base."""
     root = Path(root)
     jobs = read_sweep(root, marker=".hydra/config.yaml")
     spec = load_spec(jobs, layout, spec_file)

@@ -1,7 +1,5 @@
-"""ScaleRL's method run by run, for a sweep: each run's sigmoid fitted on the first part of its compute and judged on
-the rest (`predictions`), and each run's full fit with A, B and C_mid compared across arms over seeds (`seed_fits`).
-The pooled per-arm fit is `scalerl_fits` (rlx.report.scalerl); these say whether a fit predicts, and how much of a
-difference in A or B the seeds support.
+"""ScaleRL's method run by run: each run fitted on part of its compute and judged on the rest (`predictions`), and
+each run's full fit compared across arms over seeds (`seed_fits`); the pooled per-arm fit is rlx.report.scalerl's.
 """
 
 from __future__ import annotations
@@ -15,15 +13,6 @@ from rlx.scaling.fitting import fit_points
 from rlx.scaling.grouping import evaluations, pool
 
 
-def _fraction(value) -> float:
-    """0.5, or "1/3" as YAML writes a third."""
-    return float(Fraction(str(value)))
-
-
-def _metric(jobs: list[Run], metric: str | None) -> str:
-    return metric or run_scaling(jobs[0]).metric
-
-
 def predictions(ctx, fractions: tuple = (0.5, "1/3"), metric: str | None = None, compute: str | None = None
                 ) -> list[str]:
     """Per run: the sigmoid fitted on the first `fraction` of its compute (x = its scaling.compute, or `compute`),
@@ -31,14 +20,14 @@ def predictions(ctx, fractions: tuple = (0.5, "1/3"), metric: str | None = None,
     jobs = [j for js in ctx.arms.values() for j in js if j.ok]
     if not jobs:
         return []
-    metric = _metric(jobs, metric)
+    metric = metric or run_scaling(jobs[0]).metric
     x = compute or run_scaling(jobs[0]).compute
     out = ["## Predictions from part of the compute (ScaleRL)", "",
            f"Each run's `{metric}` against perf/compute/{x}: the sigmoid fitted by rlx.scaling on the evaluations up "
            f"to a fraction of the run's largest compute (R0 fixed at the step-0 evaluation), the rest predicted. "
            f"Band: the fit's bootstrap band; a measured point inside it is one the fit foresaw.", ""]
     for frac in fractions:
-        frac = _fraction(frac)
+        frac = float(Fraction(str(frac)))  # 0.5, or "1/3" as YAML writes a third
         rows = []
         for arm, js in ctx.arms.items():
             for j in sorted((j for j in js if j.ok), key=lambda r: str(r.seed)):
@@ -63,12 +52,11 @@ def full_fit(run: Run, metric: str, compute: str | None):
 
 
 def seed_fits(ctx, metric: str | None = None, compute: str | None = None, against: str | None = None) -> list[str]:
-    """A, B and C_mid of each run's own fit; per arm their mean with a t-interval over seeds; and each arm against
-    `against` (default: the last arm), paired by seed."""
+    """Each run's own A, B and C_mid; per arm their mean and t-interval; each arm against `against` (the last)."""
     jobs = [j for js in ctx.arms.values() for j in js if j.ok]
     if not jobs:
         return []
-    metric = _metric(jobs, metric)
+    metric = metric or run_scaling(jobs[0]).metric
     fits, rows, notes = {}, [], []
     for arm, js in ctx.arms.items():
         per = {}

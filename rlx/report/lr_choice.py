@@ -1,6 +1,5 @@
-"""The training-side lr choice behind `python -m rlx.report.select_lr` (the CLI) and the smollm2_qerl_tuned
-report: per arm and lr, the mean of a training metric over each run's last steps, averaged over seeds, and the
-arm's best lr. Held-out metrics (val/*) are never read."""
+"""The training-side lr choice of `python -m rlx.report.select_lr` and the smollm2_qerl_tuned report
+(docs/sweeps.md, "Two-stage tuning"). Held-out metrics (val/*) are never read."""
 
 from __future__ import annotations
 
@@ -58,13 +57,8 @@ class Choice:
         return self.lr is not None
 
 
-def _fmt(lr: float) -> str:
-    return f"{lr:g}"
-
-
 def expected_grid(sweep: str) -> dict[str, list[float]]:
-    """{arm: its lrs} of a tuning sweep file whose arm files are named `<arm>_lr<lr>` (sweeps/<sweep>.yaml's arm
-    axis, each file's algo.lr): the grid a choice needs, launched or not. {} for a sweep without such files."""
+    """{arm: its lrs} of a sweep whose arm files are named `<arm>_lr<lr>`: the grid, launched or not ({}: none)."""
     key, files = arm_axis(sweep)
     if not key:
         return {}
@@ -78,9 +72,8 @@ def expected_grid(sweep: str) -> dict[str, list[float]]:
 
 
 def tripwire_note(entry: LrScore) -> str:
-    """'; but its training tripwires fired (seed 0: hack/guess 85% > 20%): ...' for a chosen lr whose runs' hack
-    tripwires (rlx.tasks.tripwires, training-side like the choice) passed a threshold; '' otherwise. It says
-    what to read; the choice stays the rule's."""
+    """'; but its training tripwires fired (...)' for a chosen lr whose runs' hack tripwires (rlx.tasks.tripwires)
+    passed a threshold, or did not log them; '' otherwise. It says what to read; the choice stays the rule's."""
     from rlx.tasks.tripwires import BASES, HACKS, THRESHOLDS, run_maxima
 
     fired, unlogged = [], []
@@ -126,9 +119,9 @@ def score_run(entry: LrScore, j: Run, metric: str, last: int) -> None:
 
 def choice_reason(lrs: list[LrScore], best: LrScore, metric: str, last: int) -> str:
     """Why `best` won: its score against the others, ties, a grid edge, failed runs and the tripwires."""
-    others = ", ".join(f"{s.score:.4f} at {_fmt(s.lr)}" for s in lrs if s is not best)
+    others = ", ".join(f"{s.score:.4f} at {s.lr:g}" for s in lrs if s is not best)
     seeds = sorted({str(sd) for s in lrs for sd in s.scores})
-    why = (f"lr {_fmt(best.lr)}: mean {metric} over the last {last} steps {best.score:.4f}"
+    why = (f"lr {best.lr:g}: mean {metric} over the last {last} steps {best.score:.4f}"
            + (f", against {others}" if others else " (the only lr run)")
            + f" (seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)})")
     tied = len(lrs) > 1 and sum(s.score == best.score for s in lrs) > 1
@@ -140,20 +133,15 @@ def choice_reason(lrs: list[LrScore], best: LrScore, metric: str, last: int) -> 
     elif len(lrs) > 2 and best.lr in (lrs[0].lr, lrs[-1].lr):
         why += "; at the edge of the grid: a wider grid may find a better lr that way"
     for s in lrs:
-        why += "".join(f"; lr {_fmt(s.lr)} {n}" for n in s.notes)
+        why += "".join(f"; lr {s.lr:g} {n}" for n in s.notes)
     return why + tripwire_note(best)
 
 
 def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,
            arm_key: str | None = None, expected: dict[str, list[float]] | None = None) -> dict[str, Choice]:
     """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order, then expected
-    arms no job has). arm_key: the sweep's arm axis, whose value in the chosen runs' overrides the stage-2
-    command names. expected: {arm: lrs} the sweep runs (expected_grid); an lr of it without a run is missing
-    ("not run"), so an arm is not decided on part of its grid.
-
-    A failed run, or one whose metric is not finite (diverged), scores -inf: it is final and says the lr is
-    the worst. A run without summary.json (running, killed) or with fewer than `last` steps logged leaves
-    its lr undecided until its sweep command is rerun."""
+    arms no job has). arm_key: the sweep's arm axis, named by the stage-2 command. expected: {arm: lrs}
+    (expected_grid); an lr of it without a run is "not run", so an arm is not decided on part of its grid."""
     grouped: dict[str, dict[float, LrScore]] = {}
     for j in jobs:
         lr = lr_of(j)
@@ -169,7 +157,7 @@ def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, 
         lrs = [by_lr[k] for k in sorted(by_lr)]
         lacking = [s for s in lrs if s.score is None or s.missing]
         if lacking:
-            why = "undecided: " + "; ".join(f"lr {_fmt(s.lr)}: " + (", ".join(s.missing) or "no run")
+            why = "undecided: " + "; ".join(f"lr {s.lr:g}: " + (", ".join(s.missing) or "no run")
                                             for s in lacking)
             out[arm] = Choice(arm, lrs, None, why)
             continue
@@ -193,7 +181,7 @@ def selection_table(choices: dict[str, Choice], labels: dict[str, str] | None = 
     for arm, c in choices.items():
         for s in c.lrs:
             per_seed = ", ".join(f"{sd}: {v:.4f}" for sd, v in sorted(s.scores.items(), key=lambda kv: str(kv[0])))
-            rows.append([labels.get(arm, arm), _fmt(s.lr), per_seed or "–",
+            rows.append([labels.get(arm, arm), f"{s.lr:g}", per_seed or "–",
                          "–" if s.score is None else f"{s.score:.4f}", "; ".join(s.missing) or "",
                          "**chosen**" if c.lr == s.lr else ""])
     head = [f"Each arm's lr chosen on the training side: the mean of {metric} over each run's last {last} "
@@ -219,11 +207,9 @@ def stages(jobs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def at_chosen_lr(arms: dict[str, list[Run]], sweep: str) -> tuple[dict[str, list[Run]], dict]:
-    """({arm: the runs its tables count}, the choices) of a two-stage tuning sweep (sweeps/<sweep>.yaml). The
-    choice is stage 1's (seed 0 over the sweep file's whole grid), or, in a stage-2 directory alone, the one lr
-    each arm ran at. An arm's tables count its stage-2 runs at the chosen lr when it has any (seed 0 was
-    selected for its training reward, so it is never one of them), else its stage-1 run at the chosen lr; an
-    arm still undecided is left out."""
+    """({arm: the runs its tables count}, the choices) of a two-stage tuning sweep: stage 1's choice (or, in a
+    stage-2 directory alone, each arm's one lr); its stage-2 runs at that lr, else its stage-1 run; an arm
+    still undecided is left out (docs/sweeps.md, "Two-stage tuning")."""
     jobs = [j for js in arms.values() for j in js]
     first, second = stages(jobs)
     if first:

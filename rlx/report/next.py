@@ -100,9 +100,8 @@ def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key
 
 
 def step_savings(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> tuple[list[float], int]:
-    """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long), where s_long is the first evaluation
-    step at which plain RL at 1.6N reaches its own final `key` (its end or earlier) and s_arm the first at
-    which `arm` reaches the same value; a seed whose `arm` never reaches it gives no saving (censored)."""
+    """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long) (docs/sweeps.md, `smollm2_next`); a seed
+    whose `arm` never reaches plain RL at 1.6N's final `key` gives no saving (censored)."""
     long, mine = ({s: j for s, j in one_per_seed(arms.get(a, []), a).items() if j.series(key)[1].size}
                   for a in ("none_long", arm))
     savings, compared = [], 0
@@ -156,10 +155,8 @@ def paired_tables(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[st
 
 
 def jump_effects(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> list[tuple[object, bool, float]]:
-    """Per seed: (seed, same before the jump, `arm` - plain RL at N in points at the jump step). The evaluation
-    at the jump step follows the jump, and a NExt run runs plain RL's steps up to it, so where the two runs'
-    earlier evaluations agree the difference there is the jump's alone (a seed without a jump-step evaluation
-    in both runs is left out)."""
+    """Per seed: (seed, same before the jump, `arm` - plain RL at N in points at the jump step); where the earlier
+    evaluations agree the difference is the jump's alone (seeds without a jump-step evaluation left out)."""
     plain = {**one_per_seed(arms.get("none_long", []), "none_long"), **one_per_seed(arms.get("none_n", []), "none_n")}
     out = []
     for seed, run in sorted(one_per_seed(arms.get(arm, []), arm).items(), key=lambda kv: str(kv[0])):
@@ -199,8 +196,7 @@ def jump_effect_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> lis
 
 
 def next_per_seed_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
-    """The NExt tables plus the claim seed by seed. Plain RL is named by the runs' algorithm (a recipe's CISPO
-    is not the paper's GRPO), NExt's arms by their extending coefficient."""
+    """The NExt tables plus the claim seed by seed; plain RL named by the runs' algorithm, NExt by its alpha."""
     algos = sorted({str(j.get("algo.name", "?")).upper() for j in jobs}) or ["?"]
     baseline = f"{'/'.join(algos)}-LoRA"
     labels = {**papers()["next"]["labels"], "none_n": f"{baseline}, N steps", "none_long": f"{baseline}, 1.6N steps"}

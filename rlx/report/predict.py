@@ -23,12 +23,9 @@ def run_scaling(run: Run, fraction: float = FIT_FRACTION):
 
 def predictability(run: Run, metric: str, compute: str | None = None, fraction: float = FIT_FRACTION
                    ) -> tuple[dict, tuple | None]:
-    """Fit the sigmoid to `metric` on the first `fraction` of the run's compute (x = perf/compute/<scaling.compute>,
-    as rlx-fit, or `compute` when given: "steps" makes the x axis RL steps; R0 = the step-0 evaluation) and
-    predict the held-out second half. Returns (the JSON row, (x, y,
-    fit) or None): the row gives a reason instead of a fit when none is possible. metric = train/reward/mean:
-    x = RL updates before the step's rollouts (step - 1), so step 1's reward (rollouts of the initial policy) is
-    R0; the training rows carry no compute counter."""
+    """Fit the sigmoid to `metric` on the first `fraction` of the run's compute (x = perf/compute/<compute>; R0 = the
+    step-0 evaluation) and predict the rest: (the JSON row, (x, y, fit) or None; the row then says why).
+    train/reward/mean has no compute counter: x = step - 1, so R0 is step 1's reward."""
     cfg = run_scaling(run, fraction)
     train = metric == TRAIN_REWARD
     cfg = dataclasses.replace(cfg, metric=metric, compute="steps" if train else (compute or cfg.compute))

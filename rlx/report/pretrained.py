@@ -17,8 +17,7 @@ def infer_engine(j: Run) -> str:
 
 
 def infer_setting(j: Run) -> str:
-    """The arm of a tuning sweep (sweeps/smollm2_tune.yaml): the recipe and the settings it varies, read
-    from the config (another algo at the same settings is another arm, not another seed)."""
+    """The arm of a tuning sweep (sweeps/smollm2_tune.yaml): the recipe and the settings it varies."""
     return (f"{j.get('algo.name', 'grpo')}, lr {float(j.get('algo.lr')):g}, "
             f"temperature {float(j.get('rollout.temperature')):g}, "
             f"{j.get('rollout.prompts_per_step')} prompts x {j.get('rollout.group_size')}, "
@@ -26,8 +25,7 @@ def infer_setting(j: Run) -> str:
 
 
 def rl_step_seconds(j: Run) -> float | None:
-    """Mean wall seconds of an RL step (generation + update + weight sync), the evaluations taken out:
-    timing_s/step of an evaluation step includes its timing_s/eval."""
+    """Mean wall seconds of an RL step, less the evaluations (timing_s/step includes timing_s/eval)."""
     at, total = j.series("timing_s/step")
     if not total.size:
         return None

@@ -111,8 +111,6 @@ def check_base(run: Run, base: Problems) -> None:
                          f"so the file cannot be checked against it")
 
 
-# ---- one run -------------------------------------------------------------------------------------
-
 @dataclass
 class RunResult:
     run: Run

@@ -16,8 +16,7 @@ from rlx.run.records import Run
 FORMATS = ("none", "nf4", "mxfp4", "nvfp4")
 
 
-def _acc(j: Run):
-    return j.summary.get("val/acc")
+_acc = summary_value("val/acc")
 
 
 def base_format(arm: str) -> str:
@@ -34,9 +33,8 @@ def infer_qerl(j: Run) -> str:
 def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], order: list[str], row: str = "rlx tiny (this sweep)",
                 sixteen_bit: str = "the unquantized base (fp32 for the tiny model)", full_ft: bool = False,
                 pairs: tuple = None) -> list[str]:
-    """Table 1 over the arms in `order` and the base columns of their formats, the paper's rows beside ours
-    (full_ft: the paper's full fine-tuning column, which rlx does not run); then the entropy table, the paired
-    arms (`pairs`, default PAIRS) and AQN's per-seed windows."""
+    """Table 1 over the arms in `order` and their formats' base columns beside the paper's rows (full_ft: its full
+    fine-tuning column, not run by rlx); then the entropy table, the paired arms (`pairs`) and AQN's windows."""
     paper = papers()["qerl"]
     labels = paper["labels"]
     # a "no RL" row is the step-0 evaluation (identical to val/acc when train.steps=0); when the sweep
@@ -93,18 +91,15 @@ def exploration_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> lis
 
 
 def noise_windows(steps: int) -> list[tuple[str, int, int]]:
-    """(name, first step, last step) of the windows AQN is judged on, for a run of `steps` RL steps.
-
-    The noise is largest over steps 0.1N+1 .. 0.3N (at N=100 with 10 stages: steps 11-30, sigma 1e-2
-    -> 4.8e-3); then the rest of the run; then every step."""
+    """(name, first step, last step) of the windows AQN is judged on in a run of N steps: 0.1N+1 .. 0.3N, where its
+    noise is largest (docs/sweeps.md), the rest of the run, every step."""
     lo, hi = steps // 10 + 1, (3 * steps) // 10
     return [(f"entropy {lo}-{hi}", lo, hi), (f"entropy {hi + 1}-{steps}", hi + 1, steps), (f"entropy 1-{steps}", 1, steps)]
 
 
 def aqn_windows_table(arms: dict[str, list[Run]]) -> list[str]:
     """Per seed: NVFP4 LoRA without vs with AQN, mean rollout entropy per noise window and final val/acc."""
-    plain, noisy = one_per_seed(arms.get("lora_nvfp4", []), "lora_nvfp4"), one_per_seed(arms.get("lora_nvfp4_aqn", []),
-                                                                                        "lora_nvfp4_aqn")
+    plain, noisy = (one_per_seed(arms.get(a, []), a) for a in ("lora_nvfp4", "lora_nvfp4_aqn"))
     seeds = sorted(set(plain) & set(noisy), key=str)
     if not seeds:
         return []
@@ -142,8 +137,7 @@ PAIRS = (("lora_nvfp4", "lora_none"), ("lora_nvfp4_aqn", "lora_nvfp4"), ("lora_n
 
 
 def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str], pairs: tuple = PAIRS) -> list[str]:
-    """Arm against arm at the same seed (same problems, same sampling seeds): the differences in final val/acc,
-    in the gain over each arm's own base, and in mean rollout entropy, with their 95% t-interval over seeds."""
+    """Arm against arm at the same seed: paired differences in accuracy, gain, reward and entropy over seeds."""
     rows = []
     for a, b in pairs:
         seeds = sorted(set(one_per_seed(arms.get(a, []), a)) & set(one_per_seed(arms.get(b, []), b)), key=str)
@@ -164,8 +158,6 @@ def paired_arms_table(arms: dict[str, list[Run]], labels: dict[str, str], pairs:
         ["pair", "seeds", "final val/acc (points)", "gain over own base (points)", "train reward", "policy entropy"],
         rows)
 
-
-# ---- speed ----------------------------------------------------------------------------------
 
 def infer_speed(j: Run) -> str:
     return str(j.get("quant.format", "none"))

@@ -1,12 +1,6 @@
-"""A report of kind `runs`: one run directory per seed, no sweep file (e.g. conf/experiment/smollm2_gsm8k.yaml's),
-as a paper reports it: held-out accuracy at the start and the end in three readings, per seed with the paired
-per-problem interval and over seeds with the t-interval, the constant-guess baseline, the curves, and ScaleRL's
-predictability. Which of these, and with which options, is the `report:` block's choice (its sections).
-
-Per-problem verdicts come from RUN/eval/step_N/completions.jsonl; a run with none for step 0 takes `--base` (a
-completions.jsonl, or a directory holding one, e.g. another seed's eval/step_0): the step-0 evaluation is
-deterministic greedy decoding of the same base in every seed, and the file is refused unless it scores exactly
-what that run logged at step 0 (docs/runs/README.md).
+"""A report of kind `runs`: one run directory per seed, no sweep file (conf/experiment/smollm2_gsm8k.yaml's): the
+start and end in three readings, per seed and over seeds, the constant-guess baseline, the curves and ScaleRL's
+predictability, as the `report:` block's sections choose (docs/sweeps.md, "The report": `kind: runs`, `--base`).
 """
 
 from __future__ import annotations
@@ -23,27 +17,20 @@ from rlx.report.tables import md_table, runs_table, t_interval
 from rlx.run.records import Run
 
 
-# ---- the constant-guess baseline (rlx.eval.guess) --------------------------------------------------------
-
-def _sets_of(rows: list[dict]) -> dict[str, list[dict]]:
-    by_set: dict[str, list[dict]] = {}
-    for r in rows:
-        by_set.setdefault(str(r.get("set", "default")), []).append(r)
-    return by_set
-
-
 def guess_section(counted: list[RunResult], doc: dict) -> list[str]:
-    """What answering one number everywhere scores on these held-out problems (the set's most common gold, as
-    the word-problem reports show it), and each per-problem file's most common answer and accuracy without that
-    gold; nothing when no file records golds (files from before rlx-eval wrote them)."""
+    """What answering the most common gold everywhere scores, and each per-problem file's most common answer and
+    accuracy without that gold; nothing when no file records golds (rlx.eval.guess)."""
     from rlx.eval.guess import best_constant, spreads_of_rows
 
     files = [(r, side, f) for r in counted for side, f in (("start", r.start_file), ("end", r.end_file))
              if f is not None and f.rows and all("gold" in row for row in f.rows)]
     if not files:
         return []
+    by_set: dict[str, list[dict]] = {}
+    for row in files[0][2].rows:
+        by_set.setdefault(str(row.get("set", "default")), []).append(row)
     shares = {}  # set -> (the most common gold, problems it is the gold of, problems)
-    for name, rows in _sets_of(files[0][2].rows).items():
+    for name, rows in by_set.items():
         answer, k = best_constant([str(row["gold"]) for row in rows])
         shares[name] = (answer, k, len(rows))
     doc["constant_guess"] = {name: {"answer": a, "problems": k, "n": n, "acc": k / n}
@@ -68,8 +55,6 @@ def guess_section(counted: list[RunResult], doc: dict) -> list[str]:
     return lines + md_table(["seed", "evaluation", "most common answer", "task acc % without the most common gold"],
                             rows) + [""]
 
-
-# ---- the report ----------------------------------------------------------------------------------
 
 def pct_count(acc: float | None, k, n) -> str:
     if acc is None:
@@ -118,8 +103,7 @@ def plot_gsm8k(results: list[RunResult], path: Path) -> Path | None:
 
 
 def title(template: str, jobs: list[Run]) -> str:
-    """The report's title with {task}, {env} and {start} filled from the runs' configs: the task (GSM8K when its
-    files are GSM8K's), an environment, and where RL started (an SFT warm start or the pretrained model)."""
+    """The title with {task}, {env} and {start} (SFT warm start or the pretrained model) from the runs' configs."""
     def task(j: Run) -> str:
         name = str(j.get("task.name") or "?")
         paths = " ".join(str(j.get(k) or "") for k in ("task.train_path", "task.eval_path")).lower()
@@ -239,9 +223,8 @@ def _fit_table(ctx: RunsContext, metric: str, compute: str | None = None) -> lis
 def predictability_section(ctx: RunsContext, metrics: tuple = ("val/flexible-extract", "val/acc"),
                            fraction: float = FIT_FRACTION, steps_too: bool = True,
                            train_reward: bool = True) -> list[str]:
-    """ScaleRL's predictability per run: each held-out reading in `metrics` fitted on the first `fraction` of
-    the run's compute (and of its RL steps: `steps_too`), the rest predicted; `train_reward`: the same fit on
-    the training reward, secondary."""
+    """ScaleRL's predictability per run: each reading in `metrics` fitted on the first `fraction` of the run's
+    compute (and of its RL steps: `steps_too`; of the training reward: `train_reward`), the rest predicted."""
     if not ctx.counted:
         return []
     ctx.fraction, ctx.fit_metric = float(fraction), metrics[0]
@@ -286,8 +269,7 @@ RUN_SECTIONS = {"readings": readings_section, "over_seeds": over_seeds_section,
 
 def runs_report(root: Path, jobs: list[Run], spec, plots: bool = True, base: str | Path | None = None
                 ) -> tuple[str, list[Path], dict]:
-    """(markdown, PNG paths, the JSON document) for the runs under root, one per seed, with the sections `spec`
-    (rlx.report.spec.ReportSpec of kind runs) declares; nothing is written but the PNGs."""
+    """(markdown, PNG paths, the JSON document) for the runs under root, one per seed; writes only the PNGs."""
     base_file = read_problems(resolve_base(base)) if base is not None else None
     for j in jobs:
         j.arm = spec.name

@@ -1,8 +1,5 @@
-"""ScaleRL's tables: sigmoid fits per arm (by rlx.scaling, seeds pooled) and ScaleRL's rule against a reference arm.
-
-Three sweeps share this layout: losses (algo presets), leave-one-out (each component of
-conf/algo/scalerl.yaml reverted in turn, the arms of sweeps/loo_arm/), off-policy families.
-"""
+"""ScaleRL's tables (losses, leave-one-out, off-policy families): sigmoid fits per arm (rlx.scaling, seeds pooled)
+and ScaleRL's rule against a reference arm."""
 
 from __future__ import annotations
 
@@ -51,34 +48,15 @@ def verdict_cell(first: Row, second: Row, cfg: ScalingConfig) -> str:
     return f"{v.winner or 'tie'} ({how}){sure}"
 
 
-def _intro(cfg: ScalingConfig) -> list[str]:
-    return [f"Sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted by rlx.scaling to {cfg.metric} against "
-            f"cumulative compute ({cfg.compute}), seeds pooled per arm, R0 fixed at the mean step-0 evaluation. "
-            f"A: fit ± half its {int(round(100 * cfg.confidence))}% bootstrap interval. C_mid is in {cfg.compute} "
-            f"(the paper's is GPU-hours, so only A and B compare). ScaleRL's rule: |dA| > {cfg.margin:g} -> the "
-            f"higher A wins, else refit at a common A and the higher B wins.", ""]
-
-
 def infer_algo(j: Run) -> str:
     return str(j.get("algo.name", "?"))
 
 
 def losses_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
-    cfg = scaling_config(jobs)
-    fits = fit_arms(arms, cfg)
-    ref = fits.get("scalerl")
     t1 = papers()["scalerl"]["table1"]["ScaleRL"]
     paper = {"scalerl": f"A {t1['A']}, B {t1['B']}, C_mid {t1['C_mid']:g} GPU-h", **papers()["scalerl"]["losses"]}
-    rows = []
-    for arm, js in arms.items():
-        f = fits[arm]
-        verdict = verdict_cell(ref, f, cfg) if ref is not None and arm != "scalerl" else "–"
-        rows.append([arm, f"{sum(j.ok for j in js)}/{len(js)}", stat(js, summary_value(cfg.metric)).cell(100),
-                     *_fit_cells(f), verdict, paper.get(arm, "–"), f.note])
-    out = ["## ScaleRL: loss / recipe comparison with sigmoid fits", ""] + _intro(cfg)
-    out += md_table(["algo", "finished", f"final {cfg.metric} (%)", "A", "B", "C_mid", "vs scalerl (ScaleRL's rule)",
-                     "paper", "note"], rows)
-    return out
+    return vs_reference(arms, jobs, "scalerl", {}, paper, "## ScaleRL: loss / recipe comparison with sigmoid fits",
+                        "algo", rule_column="vs scalerl (ScaleRL's rule)")
 
 
 def infer_loo(j: Run) -> str:
@@ -89,8 +67,8 @@ def infer_loo(j: Run) -> str:
 
 
 def vs_reference(arms: dict[str, list[Run]], jobs: list[Run], ref_arm: str, labels: dict[str, str],
-                 paper: dict[str, str], title: str, first_col: str) -> list[str]:
-    """Sigmoid fit per arm and ScaleRL's rule of every arm against `ref_arm`."""
+                 paper: dict[str, str], title: str, first_col: str, rule_column: str | None = None) -> list[str]:
+    """Sigmoid fit per arm and ScaleRL's rule of every arm against `ref_arm` (and dA, unless `rule_column`)."""
     cfg = scaling_config(jobs)
     fits = fit_arms(arms, cfg)
     ref = fits.get(ref_arm)
@@ -101,12 +79,16 @@ def vs_reference(arms: dict[str, list[Run]], jobs: list[Run], ref_arm: str, labe
               and arm != ref_arm else "–")
         verdict = verdict_cell(ref, f, cfg) if ref is not None and arm != ref_arm else "–"
         rows.append([labels.get(arm, arm), f"{sum(j.ok for j in js)}/{len(js)}",
-                     stat(js, summary_value(cfg.metric)).cell(100), *_fit_cells(f), dA, verdict,
-                     paper.get(arm, "–"), f.note])
-    out = [title, ""] + _intro(cfg)
-    out += md_table([first_col, "finished", f"final {cfg.metric} (%)", "A", "B", "C_mid",
-                     f"dA vs {labels.get(ref_arm, ref_arm)}", "ScaleRL's rule vs it", "paper", "note"], rows)
-    return out
+                     stat(js, summary_value(cfg.metric)).cell(100), *_fit_cells(f), *([] if rule_column else [dA]),
+                     verdict, paper.get(arm, "–"), f.note])
+    rule = [rule_column] if rule_column else [f"dA vs {labels.get(ref_arm, ref_arm)}", "ScaleRL's rule vs it"]
+    intro = (f"Sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted by rlx.scaling to {cfg.metric} against "
+             f"cumulative compute ({cfg.compute}), seeds pooled per arm, R0 fixed at the mean step-0 evaluation. "
+             f"A: fit ± half its {int(round(100 * cfg.confidence))}% bootstrap interval. C_mid is in {cfg.compute} "
+             f"(the paper's is GPU-hours, so only A and B compare). ScaleRL's rule: |dA| > {cfg.margin:g} -> the "
+             f"higher A wins, else refit at a common A and the higher B wins.")
+    return [title, "", intro, ""] + md_table(
+        [first_col, "finished", f"final {cfg.metric} (%)", "A", "B", "C_mid", *rule, "paper", "note"], rows)
 
 
 def loo_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:

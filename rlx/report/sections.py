@@ -1,8 +1,5 @@
-"""The kinds of section a `report:` block can declare (rlx.report.spec), and the ways a job's arm is read.
-
-A section takes the report's context and the options its block gives, and returns markdown lines. A section
-may narrow what the sections after it count (`lr_choice`: each arm at its chosen lr); the curves and the
-completions then show that subset, while the jobs table lists every run.
+"""The kinds of section a `report:` block can declare (rlx.report.spec), and the ways a job's arm is read. A section
+takes the context and its options and returns markdown lines; `lr_choice` narrows what the later ones count.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ class Context:
 def qerl_table1(ctx: Context, row: str = "rlx tiny (this sweep)",
                 sixteen_bit: str = "the unquantized base (fp32 for the tiny model)", full_ft: bool = False,
                 pairs: list | None = None, order: list[str] | None = None) -> list[str]:
-    """QeRL's Table 1 and its companions; `order`: the columns' arms when not the report's own (a smaller sweep
-    shown in the full table's columns)."""
+    """QeRL's Table 1 and its companions; `order`: the columns' arms when not the report's own."""
     return qerl_tables(ctx.arms, ctx.jobs, order or ctx.spec.arms, row, sixteen_bit, full_ft,
                        None if pairs is None else tuple(tuple(p) for p in pairs))
 
@@ -79,8 +75,8 @@ def value_of(name: str):
 
 
 def claims(ctx: Context, rows: list[dict]) -> list[str]:
-    """Each claim as a paired difference over seeds (arm - against), with its verdict; an accuracy claim also
-    on the problems whose gold is not the set's most common (rlx.eval.guess)."""
+    """Each claim as a paired difference over seeds (arm - against) with its verdict, accuracy also without the
+    most common gold."""
     labels, out = ctx.spec.labels, []
     for r in rows:
         a, b, fmt = r["arm"], r["against"], r.get("format", "{:+.1f}")
@@ -102,8 +98,7 @@ def claims(ctx: Context, rows: list[dict]) -> list[str]:
 
 
 def why(ctx: Context, columns: list[dict]) -> list[str]:
-    """Per arm, training-side metrics (mean over RL steps, or over the first 10% with `reduce: first_tenth`),
-    then mean ± std over seeds."""
+    """Per arm, training-side metrics (mean over RL steps, or `reduce: first_tenth`), mean ± std over seeds."""
     rows = []
     for arm, js in ctx.arms.items():
         cells = []

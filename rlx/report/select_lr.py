@@ -1,15 +1,7 @@
 """Each arm's learning rate, chosen on the training side of a tuning sweep (stage 1 of
 sweeps/smollm2_qerl_tuned.yaml): `python -m rlx.report.select_lr STAGE1_DIR [--metric KEY] [--last N]`
-(console: rlx-select-lr).
-
-An arm's score at one lr is the mean of `--metric` (default train/reward/mean: the reward of the rollouts
-the run trained on) over the run's last `--last` logged steps (default 20), averaged over the lr's finished
-seeds. The arm's lr is the one with the highest score; an exact tie goes to the smaller lr. The held-out
-evaluations (val/*) are never read. An arm is decided only when every one of its lrs has a finished run
-with that many steps logged (otherwise it says which run is missing: rerun the sweep's command, which
-resumes it). Prints each arm's per-lr numbers, the choice and why, and the stage-2 command (exit status 1
-while an arm is undecided). The report of such a sweep (`python -m rlx.report`, layout smollm2_qerl_tuned)
-shows the same table.
+(console: rlx-select-lr; the rule: rlx.report.lr_choice, docs/sweeps.md). Prints each arm's per-lr numbers, the
+choice and why, and the stage-2 command; exit status 1 while an arm is undecided.
 """
 
 from __future__ import annotations

@@ -1,17 +1,5 @@
-"""A report as its sweep declares it: the `report:` block of a sweep file (sweeps/<name>.yaml) or of an experiment
-whose runs no sweep launched (conf/experiment/<name>.yaml), validated before anything is read.
-
-    report:
-      title: QeRL on SmolLM2-135M (word problems, fp32, vLLM)
-      arm: {from: axis, infer: qerl}   # the sweep's arm axis in each job's overrides, else read from its config
-      labels: paper:qerl               # a label set of papers.yaml, or {arm: label}
-      sections:                        # rendered in order; each is a kind of rlx.report.sections with its options
-        - qerl_table1: {row: "rlx SmolLM2-135M (this sweep)"}
-        - accuracy: {heading: "arm: "}
-
-Hydra composes the block into every job's config (a free-form top-level key, like `paper`), so a sweep
-directory carries its own report; directories recorded before a block existed find it by their jobs'
-logger.group in the checkout's sweeps/ and conf/experiment/, or by `--spec FILE`.
+"""A report as its sweep declares it: the `report:` block of sweeps/<name>.yaml or conf/experiment/<name>.yaml,
+validated before anything is read; the jobs' configs carry it too (docs/sweeps.md, "The report": the format).
 """
 
 from __future__ import annotations
@@ -30,8 +18,7 @@ ARM_SOURCES = ("axis", "config")
 
 @dataclass
 class ReportSpec:
-    """One report: its title, how a job's arm is read, labels, the sections in order, and its kind
-    (`sweep`: jobs grouped by arm; `runs`: one run directory per seed, no arms)."""
+    """One report; kind `sweep`: jobs grouped by arm, `runs`: one run directory per seed, no arms."""
 
     name: str  # the sweep (or experiment) that declared it; its arm axis orders the arms
     title: str
@@ -129,8 +116,7 @@ def available() -> list[str]:
 
 
 def find(jobs: list[Run], name: str | None = None, spec_file: Path | None = None) -> tuple[str, dict]:
-    """(name, block) for the runs: --spec FILE, else --layout NAME, else the block the jobs' configs carry,
-    else the checkout's file named by their logger.group."""
+    """(name, block): --spec FILE, else --layout NAME, else the jobs' own block, else their logger.group's file."""
     if spec_file is not None:
         return Path(spec_file).stem, block_in(Path(spec_file))
     groups = sorted({str(j.get("logger.group")) for j in jobs} - {"None"})

@@ -16,8 +16,7 @@ from rlx.sweeps.decisions import DECISIONS_MD, arm_outcomes, read_decisions
 
 @dataclass
 class Stat:
-    """A metric over the finished seeds of an arm, plus how many jobs of the arm failed and how many have not
-    finished (no summary.json: still running, killed, or crashed while being built outside a sweep)."""
+    """A metric over the finished seeds of an arm, and how many of its jobs failed or have not finished."""
 
     values: list[float]
     failed: int = 0
@@ -34,8 +33,7 @@ class Stat:
     def cell(self, scale: float = 1.0, digits: int = 1) -> str:
         if not self.values:
             return ", ".join(self._others()) or "–"
-        m = self.mean * scale
-        text = f"{m:.{digits}f}"
+        text = f"{self.mean * scale:.{digits}f}"
         if len(self.values) > 1:
             text += f" ± {statistics.stdev(self.values) * scale:.{digits}f}"
         return f"{text} ({', '.join([f'n={len(self.values)}'] + self._others())})"
@@ -48,20 +46,13 @@ def not_ok_counts(jobs: list[Run]) -> tuple[int, int]:
 
 
 def stat(jobs: list[Run], value: Callable[[Run], float | None]) -> Stat:
-    vals = []
-    for j in jobs:
-        if not j.ok:
-            continue
-        v = value(j)
-        if v is not None and math.isfinite(float(v)):
-            vals.append(float(v))
+    vals = [float(v) for j in jobs if j.ok and (v := value(j)) is not None and math.isfinite(float(v))]
     return Stat(vals, *not_ok_counts(jobs))
 
 
 def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: float = 1.0, digits: int = 1) -> str:
-    """A "no RL" cell: the step-0 evaluation of one base. Runs of the same seed evaluate it alike, so one value
-    per seed (n = seeds, not runs); when every seed gives the same value (greedy decoding) it is one
-    deterministic evaluation copied across the runs, and the cell says so instead of an n and a zero spread."""
+    """A "no RL" cell: the step-0 evaluation of one base, one value per seed (n = seeds, not runs); the same value
+    in every seed (greedy decoding) is one deterministic evaluation, said instead of an n and a zero spread."""
     per_seed: dict = {}
     for j in jobs:
         v = value(j) if j.ok else None
@@ -75,8 +66,7 @@ def base_cell(jobs: list[Run], value: Callable[[Run], float | None], scale: floa
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float | None, float | None, float | None]:
-    """(mean, lo, hi): the mean with its Student-t interval (n - 1 degrees of freedom); lo, hi None for one value,
-    all None for none."""
+    """(mean, lo, hi) with the Student-t interval (n - 1 dof); lo, hi None for one value, all None for none."""
     if not values:
         return None, None, None
     m = sum(values) / len(values)
@@ -98,8 +88,7 @@ def paired_cell(diffs: list[float], fmt: str) -> str:
 
 
 def seed_verdict(diffs: list[float]) -> str:
-    """From paired differences' 95% t-interval over seeds: holds (above 0), does not hold (below 0), or not
-    resolved."""
+    """Holds / does not hold / not resolved, from the paired differences' 95% t-interval over seeds."""
     if len(diffs) < 2:
         return "not resolved (fewer than 2 paired seeds)"
     _, lo, hi = t_interval(diffs)
@@ -117,8 +106,7 @@ def acc_points(j) -> float | None:
 
 
 def one_per_seed(runs: list, arm: str) -> dict:
-    """{seed: run} of an arm's finished runs; two finished runs of one seed are refused (a pairing would keep
-    one of them silently): e.g. two sweeps' directories under one report, or a seed rerun elsewhere."""
+    """{seed: run} of an arm's finished runs; two of one seed are refused (a pairing would keep one silently)."""
     out: dict = {}
     for j in runs:
         if not j.ok:
@@ -131,8 +119,7 @@ def one_per_seed(runs: list, arm: str) -> dict:
 
 
 def paired_by_seed(arms: dict, a: str, b: str, value) -> list[float]:
-    """value(a's run) - value(b's run) for every seed both arms finished (sorted by seed); a None or a
-    non-finite value skips the seed."""
+    """value(a's run) - value(b's run) for every seed both arms finished (by seed); None or non-finite: skipped."""
     left, right = one_per_seed(arms.get(a, []), a), one_per_seed(arms.get(b, []), b)
     out = []
     for seed in sorted(set(left) & set(right), key=str):
@@ -154,8 +141,7 @@ def summary_value(key: str) -> Callable[[Run], float | None]:
 
 def mean_metric(key: str, skip_first: int = 0, reducer=np.mean, steps: tuple[int, int] | None = None
                 ) -> Callable[[Run], float | None]:
-    """A reduction (mean, median) of a train metric over the run's steps >= 1 (after `skip_first` of them);
-    steps=(lo, hi): only the steps in [lo, hi]."""
+    """A reduction of a train metric over the run's steps >= 1 (after `skip_first` of them), or over [lo, hi]."""
 
     def get(j: Run):
         at, vals = j.series(key)
@@ -188,9 +174,8 @@ TRIPWIRE_COLUMN = "hack % unstated / hedged / copy / guess"
 
 
 def tripwire_cell(j: Run) -> str:
-    """'unstated / hedged / copy / guess': the largest WINDOW-step moving mean of each hack tripwire over the run,
-    in % (rlx.tasks.tripwires.run_maxima; copy and guess: over their base); bold past the threshold train.log
-    warns at; '–' before MIN_STEPS values (and for guess in runs from before it)."""
+    """'unstated / hedged / copy / guess': each hack tripwire's largest moving mean over the run, in %
+    (rlx.tasks.tripwires.run_maxima), bold past the threshold train.log warns at."""
     from rlx.tasks.tripwires import HACKS, THRESHOLDS, run_maxima
 
     top = run_maxima(j.records)
@@ -215,8 +200,7 @@ def tripwire_note() -> str:
 
 
 def last_eval_spread(j: Run):
-    """(step, {set: rlx.eval.guess.AnswerSpread}) of the run's last evaluation that left its per-problem file
-    (RUN/eval/step_N/completions.jsonl); None without one."""
+    """(step, {set: rlx.eval.guess.AnswerSpread}) of the run's last evaluation with a per-problem file, or None."""
     import json
 
     from rlx.eval.guess import spreads_of_rows
@@ -234,8 +218,7 @@ def last_eval_spread(j: Run):
 
 
 def answers_cells(j: Run) -> list[str]:
-    """[most common answer at the last evaluation, accuracy % without the most common gold] (one set each, or
-    `set: ...` per set); `–` without a per-problem file."""
+    """[most common answer at the last evaluation, accuracy % without the most common gold]; `–` without one."""
     found = last_eval_spread(j)
     if not found:
         return ["–", "–"]
@@ -249,8 +232,8 @@ def answers_cells(j: Run) -> list[str]:
 
 
 def beyond_points(j: Run) -> float | None:
-    """Accuracy in points at the final evaluation, on the problems whose gold is not the set's most common gold
-    (mean over sets); None without that evaluation's per-problem file (rlx.eval.guess)."""
+    """Final accuracy in points on the problems whose gold is not the set's most common (mean over sets); None
+    without the final evaluation's per-problem file (rlx.eval.guess)."""
     found = last_eval_spread(j)
     if not found or not j.ok:
         return None
@@ -273,9 +256,7 @@ def answers_note() -> str:
 
 
 def runs_table(jobs: list[Run]) -> list[str]:
-    """Every job with its status and accuracies; a hack % column when any job logged the tripwires and the
-    most-common-answer columns when any left per-problem evaluation files (runs from before them render as
-    they did)."""
+    """Every job with its status and accuracies, plus the tripwire and answer columns when any job has them."""
     from rlx.tasks.tripwires import REWARDED
 
     tripwires = any(r.get(REWARDED) is not None for j in jobs for r in j.records)
@@ -298,8 +279,7 @@ def runs_table(jobs: list[Run]) -> list[str]:
 
 
 def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, width: int = 80) -> list[str]:
-    """Links to the runs' completion tables (`completions.jsonl`) and, for `per_arm` run(s) of each arm,
-    the first `rows` rows of its newest dump: what the policy actually wrote. [] when no run has one."""
+    """Links to the runs' completions.jsonl and the newest rows of `per_arm` run(s) per arm; [] without any."""
     out, shown = [], {}
     for j in jobs:
         f = j.path / "completions.jsonl"
@@ -318,8 +298,7 @@ def completions_section(jobs: list[Run], root, per_arm: int = 1, rows: int = 2, 
 
 
 def predictive_section(root) -> list[str]:
-    """A predictive sweep's schedule (SWEEP_DIR/predictive.jsonl, rlx.sweeps.decisions): the budget each arm
-    received and, for a stopped arm, the round and reason. [] for a sweep that ran every arm to the end."""
+    """A predictive sweep's schedule (rlx.sweeps.decisions): each arm's budget and why it stopped; [] for none."""
     records = read_decisions(root)
     if not records:
         return []
