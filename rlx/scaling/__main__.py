@@ -1,13 +1,5 @@
-"""Command line of rlx.scaling: `fit` each run's curve, or `compare` the recipes of a sweep (ScaleRL's rule).
-
-    python -m rlx.scaling fit RUN_DIR... [--compute flops] [--target C]     (console: rlx-fit)
-    python -m rlx.scaling compare SWEEP_DIR [--by recipe|run]                (console: rlx-compare)
-
-`fit`: each RUN_DIR may be a run (holds metrics.jsonl) or a sweep directory (every run below it is
-fitted); prints A, B, C_mid (or D) with bootstrap intervals and the predicted reward at the target
-compute, and saves one PNG of data, fitted curves, extrapolation and band (+ a JSON next to it).
-`compare`: prints a markdown table (final reward, A +/- interval, B, C_mid, steps, compute per
-recipe) and ScaleRL's verdicts, and saves DIR/compare.md, DIR/compare.png and DIR/compare.json.
+"""Command line of rlx.scaling (docs/scaling.md, "Commands"): `python -m rlx.scaling fit RUN_DIR...` (rlx-fit) fits
+each run's curve; `python -m rlx.scaling compare SWEEP_DIR` (rlx-compare) compares a sweep's recipes by ScaleRL's rule.
 Every fit option defaults to the runs' own `scaling.*` config, else the schema default.
 """
 

@@ -1,10 +1,5 @@
-"""Comparison: one row per recipe (or run) of a sweep, and ScaleRL's rule for deciding between two recipes.
-
-ScaleRL's rule: if two recipes' asymptotes A differ by more than the margin (0.02, their seed-to-seed
-spread), the higher A wins; otherwise both are refitted with A fixed at their mean and the higher
-B (efficiency: the faster approach to the shared ceiling) wins. Equal B after the refit is a tie
-(bit-identical runs have no winner), and a fit whose A sits on the edge of its grid leaves the pair
-undetermined (the data do not pin that asymptote, so neither A nor B at a common A can be compared).
+"""Comparison: one row per recipe (or run) of a sweep, and ScaleRL's rule for deciding between two recipes: |dA| >
+margin -> the higher A wins, else refit at a common A and the higher B wins (docs/scaling.md: ties, undetermined).
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ class Verdict:
 
 def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second=None, **fit_kwargs) -> Verdict:
     """Apply ScaleRL's rule to two recipes given as (label, compute [N], reward [N][, r0]) with sigmoid fits.
-    fit_first / fit_second: existing fits (fitted here with fit_kwargs otherwise). fit_kwargs go to
-    `fit_sigmoid` for the refits too (e.g. exclude_before, bootstrap)."""
+    fit_first / fit_second: existing fits; fit_kwargs go to `fit_sigmoid` for the fits and the refits."""
     (la, ca, ra, r0a), (lb, cb, rb, r0b) = (tuple(first) + (None,))[:4], (tuple(second) + (None,))[:4]
     fa = fit_first if fit_first is not None else fit_sigmoid(ca, ra, r0a, **fit_kwargs)
     fb = fit_second if fit_second is not None else fit_sigmoid(cb, rb, r0b, **fit_kwargs)
@@ -121,7 +115,36 @@ class Comparison:
     verdicts: list[Verdict] = field(default_factory=list)
 
     def markdown(self) -> str:
-        return to_markdown(self)
+        cfg = self.cfg
+        kinds = {r.fit.kind for r in self.rows if r.fit is not None}
+        names = ("A", "B", "D") if kinds == {"power"} else ("A", "B", "C_mid")
+        conf = int(round(cfg.confidence * 100))
+        lines = [f"# Scaling comparison: {cfg.metric} vs compute ({cfg.compute})", "",
+                 f"Runs under `{self.root}`, one row per {self.by}. Fit: {', '.join(sorted(kinds)) or 'none succeeded'}"
+                 + ("; R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 fixed" if "sigmoid" in kinds else "")
+                 + ("; R(C) = A - D / C^B" if "power" in kinds else "")
+                 + f". A: fit +/- half the {conf}% bootstrap interval; {names[1]}, {names[2]}: fit [{conf}% interval]. "
+                 f"Fit window: compute >= max({cfg.exclude_before:g}, {cfg.exclude_fraction:g} x max) "
+                 f"and <= {cfg.fit_fraction:g} x max.", "",
+                 f"| {self.by} | runs | steps | compute ({cfg.compute}) | final {cfg.metric} | {names[0]} (+/-) | "
+                 f"{names[1]} | {names[2]} | pred @ {self.target:.3g} | note |", "|" + "---|" * 10]
+        for r in self.rows:
+            runs = f"{len(r.runs)}" + (f" ({r.n_failed} failed)" if r.n_failed else "")
+            cells = [r.label, runs, str(r.steps), f"{r.final_compute:.4g}", f"{r.final_reward:.4f}"]
+            if r.fit is not None:
+                p, iv = r.fit.params, r.fit.intervals
+                a_cell = f"{p['A']:.3f}" + (f" +/- {(iv['A'][1] - iv['A'][0]) / 2:.3f}" if "A" in iv else "")
+                cells += [a_cell, f"{p[names[1]]:.3g}{_interval(iv.get(names[1]))}",
+                          f"{p[names[2]]:.4g}{_interval(iv.get(names[2]))}",
+                          f"{float(r.fit.predict(self.target)):.4f}"]
+            else:
+                cells += ["-", "-", "-", "-"]
+            cells.append(r.note.replace("|", "/"))
+            lines.append("| " + " | ".join(cells) + " |")
+        if self.verdicts:
+            lines += ["", f"## ScaleRL's rule (|dA| <= {cfg.margin:g}: refit with A fixed at the mean, compare B)", ""]
+            lines += [f"- {v.describe()}" for v in self.verdicts]
+        return "\n".join(lines) + "\n"
 
     def curves(self) -> list[Curve]:
         return [Curve(r.label, r.compute, r.reward, r.fit) for r in self.rows]
@@ -129,9 +152,7 @@ class Comparison:
 
 def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None = None,
                 runs: list[Run] | None = None) -> Comparison:
-    """Fit every recipe (by="recipe", seeds pooled) or run (by="run") under root and apply ScaleRL's rule.
-    kind: sigmoid | power (default: cfg.fit, or sigmoid when that is "none"). runs: the runs under root
-    when the caller has read them already (each run is read once)."""
+    """Fit every recipe (seeds pooled) or run under root and apply ScaleRL's rule; runs: those under root, if read."""
     cfg = as_config(cfg if cfg is not None else ScalingConfig())
     kind = kind or (cfg.fit if cfg.fit != "none" else "sigmoid")
     if by not in ("recipe", "run"):
@@ -175,41 +196,6 @@ def write_comparison(comparison: Comparison, prefix: str = "compare") -> tuple[P
     js = root / f"{prefix}.json"
     js.write_text(json.dumps(_as_json(comparison), indent=2, allow_nan=True))
     return md, png, js
-
-
-def to_markdown(comp: Comparison) -> str:
-    cfg = comp.cfg
-    kinds = {r.fit.kind for r in comp.rows if r.fit is not None}
-    names = ("A", "B", "D") if kinds == {"power"} else ("A", "B", "C_mid")
-    conf = int(round(cfg.confidence * 100))
-    lines = [
-        f"# Scaling comparison: {cfg.metric} vs compute ({cfg.compute})", "",
-        f"Runs under `{comp.root}`, one row per {comp.by}. Fit: {', '.join(sorted(kinds)) or 'none succeeded'}"
-        + ("; R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with R0 fixed" if "sigmoid" in kinds else "")
-        + ("; R(C) = A - D / C^B" if "power" in kinds else "")
-        + f". A: fit +/- half the {conf}% bootstrap interval; {names[1]}, {names[2]}: fit [{conf}% interval]. "
-        f"Fit window: compute >= max({cfg.exclude_before:g}, {cfg.exclude_fraction:g} x max) "
-        f"and <= {cfg.fit_fraction:g} x max.", "",
-        f"| {comp.by} | runs | steps | compute ({cfg.compute}) | final {cfg.metric} | {names[0]} (+/-) | {names[1]} | "
-        f"{names[2]} | pred @ {comp.target:.3g} | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in comp.rows:
-        runs = f"{len(r.runs)}" + (f" ({r.n_failed} failed)" if r.n_failed else "")
-        cells = [r.label, runs, str(r.steps), f"{r.final_compute:.4g}", f"{r.final_reward:.4f}"]
-        if r.fit is not None:
-            p, iv = r.fit.params, r.fit.intervals
-            a_cell = f"{p['A']:.3f}" + (f" +/- {(iv['A'][1] - iv['A'][0]) / 2:.3f}" if "A" in iv else "")
-            cells += [a_cell, f"{p[names[1]]:.3g}{_interval(iv.get(names[1]))}",
-                      f"{p[names[2]]:.4g}{_interval(iv.get(names[2]))}", f"{float(r.fit.predict(comp.target)):.4f}"]
-        else:
-            cells += ["-", "-", "-", "-"]
-        cells.append(r.note.replace("|", "/"))
-        lines.append("| " + " | ".join(cells) + " |")
-    if comp.verdicts:
-        lines += ["", f"## ScaleRL's rule (|dA| <= {cfg.margin:g}: refit with A fixed at the mean, compare B)", ""]
-        lines += [f"- {v.describe()}" for v in comp.verdicts]
-    return "\n".join(lines) + "\n"
 
 
 def fit_group(label: str, runs: list[Run], cfg: ScalingConfig, kind: str = "sigmoid") -> Row:

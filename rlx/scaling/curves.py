@@ -1,11 +1,5 @@
-"""Curves and fit results: the two families, the fitted-result types (prediction, bootstrap band), and
-the numerics every fit shares: input checks, bootstrap resampling weights and intervals, and the
-batched Levenberg-Marquardt polish that keeps A on ScaleRL's grid.
-
-Polish: A and the curve's location trade off strongly, so a coarse grid alone can pick the wrong A;
-`polish_keep_a_on_grid` fits A continuously to find the valley floor, then refits the other
-parameters with A fixed at each grid neighbour of that continuous A and at the starting A, and keeps
-the best.
+"""Curves and fit results: the two families, the fitted-result types (prediction, bootstrap band), and the numerics
+every fit shares: input checks, bootstrap weights and intervals, the batched Levenberg-Marquardt polish.
 """
 
 from __future__ import annotations
@@ -16,11 +10,9 @@ from typing import Callable, ClassVar
 import numpy as np
 from scipy.special import expit, fdtrc  # fdtrc: F-distribution survival function (scipy.stats is slow to import)
 
-# ---- the two families ------------------------------------------------------------------------
 
 def sigmoid(c, A, B, C_mid, R0):
-    """ScaleRL: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B); R(0) = R0. Written as
-    R0 + (A - R0) * expit(B * log(C / C_mid)), which is exact and never overflows."""
+    """ScaleRL: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), as R0 + (A - R0) * expit(B log(C / C_mid)): no overflow."""
     c = np.asarray(c, dtype=float)
     with np.errstate(divide="ignore"):
         log_ratio = np.log(c) - np.log(C_mid)  # -inf at C = 0, so expit -> 0 and R -> R0
@@ -33,8 +25,6 @@ def power_law(c, A, B, D):
     with np.errstate(divide="ignore"):
         return np.asarray(A) - np.asarray(D) * np.power(c, -np.asarray(B))
 
-
-# ---- fit results ------------------------------------------------------------------------------
 
 @dataclass(kw_only=True)
 class CurveFit:
@@ -129,8 +119,6 @@ class PowerFit(CurveFit):
         return power_law(c, A, B, D)
 
 
-# ---- bootstrap over evaluation points (multiplicity weights: every resample fitted at once) -----
-
 def resample_weights(n_points: int, n_boot: int, seed: int) -> np.ndarray:
     """[n_boot, n_points] counts of each point in a resample drawn with replacement (each row sums to n_points)."""
     rng = np.random.default_rng(seed)
@@ -144,8 +132,6 @@ def percentile_intervals(samples: np.ndarray, names, confidence: float) -> dict[
     lo, hi = np.quantile(samples, [(1 - confidence) / 2, 1 - (1 - confidence) / 2], axis=0)
     return {name: (float(lo[i]), float(hi[i])) for i, name in enumerate(names)}
 
-
-# ---- input checks shared by the fitters ---------------------------------------------------------
 
 def as_points(compute, reward) -> tuple[np.ndarray, np.ndarray]:
     """Validate and return (compute [N], reward [N]) as float arrays."""
@@ -200,8 +186,6 @@ def check_trend(sse_fit: float, sse_null: float, n: int, n_params: int, n_null: 
                          f"{alpha:g}); its parameters would be meaningless")
 
 
-# ---- batched Levenberg-Marquardt: K weighted least-squares fits (one per resample) at once ------
-
 # model(theta [K, p]) -> (prediction [K, N], jacobian of the prediction [K, N, p])
 Model = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -244,7 +228,9 @@ def levenberg_marquardt(model: Model, theta: np.ndarray, y: np.ndarray, weights:
 
 def polish_keep_a_on_grid(model: Model, theta0: np.ndarray, y: np.ndarray, weights: np.ndarray, lo, hi,
                           a_grid: tuple[float, float, float], a_fixed: bool) -> np.ndarray:
-    """Polish grid winners theta0 [K, p] (A first) keeping A on the grid (a_lo, a_hi, a_step). Returns [K, p]."""
+    """Polish grid winners theta0 [K, p] (A first) keeping A on the grid (a_lo, a_hi, a_step). Returns [K, p].
+    A and the curve's location trade off, so a grid alone can pick the wrong A: fit A continuously to find the
+    valley floor, refit the rest with A at each grid neighbour of it and at the start, keep the best."""
     free_all = np.ones(theta0.shape[1], bool)
     free_rest = free_all.copy()
     free_rest[0] = False

@@ -1,22 +1,9 @@
-"""The fitters: ScaleRL's sigmoid and the power law, each a grid search polished off the grid, and `fit_points`,
-the one place that turns a ScalingConfig into a fit (fitter chosen by `scaling.fit`).
+"""The fitters: ScaleRL's sigmoid and the power law, each an exact vectorised grid search polished off the grid
+(docs/scaling.md, "How the fit works"), and `fit_points`, the one place that turns a ScalingConfig into a fit.
 
-Sigmoid: R0 fixed, grid over A and C_mid, B by least squares, keep the least squared error. The grid
-search is exact and vectorised. For fixed (C_mid, B) the curve is R0 + a * S with
-S = expit(B log(C / C_mid)) and a = A - R0, so the squared error is the quadratic
-sum(d^2) - 2 a sum(d S) + a^2 sum(S^2) (d = reward - R0): its best grid A is the grid value
-nearest to sum(d S) / sum(S^2). B is searched on a fine log grid (ScaleRL fits it with scipy per
-cell instead). Then either (polish=False, the paper's procedure) B is refined by scipy's curve_fit
-at the winning (A, C_mid) cell, or (polish=True, default) the winner is polished off the grid's
-C_mid and B resolution with A kept on its 0.005 grid (`curves.polish_keep_a_on_grid`): with ScaleRL's
-100 C_mid values the grid alone can land one valley-step away, since A and C_mid trade off strongly.
-Every bootstrap resample is a weight vector over the points, so all resamples share one pass of matrix products.
-
-Power law R(C) = A - D / C^B, ScaleRL's comparison family: the same grid-then-polish scheme.
-
-With x = log(C / c_ref) (c_ref: the largest fitted compute, to keep numbers O(1)) the curve is
-A - D' exp(-B x) with D = D' c_ref^B. For fixed (A, B) it is linear in D', so D' and the squared
-error are closed-form; A runs over a 0.005 grid and B over a fine log grid, all resamples at once.
+Sigmoid: for fixed (C_mid, B) the curve is R0 + a * S (S = expit(B log(C / C_mid)), a = A - R0), so the squared
+error sum(d^2) - 2 a sum(d S) + a^2 sum(S^2) (d = reward - R0) is a quadratic whose best grid A is the grid value
+nearest sum(d S) / sum(S^2). Every bootstrap resample is a weight vector over the points: one pass for all.
 """
 
 from __future__ import annotations
@@ -35,19 +22,11 @@ from rlx.scaling.curves import (
 )
 
 
-# ---- sigmoid ---------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class FitOptions:
-    """The options both fitters take as keywords (what `fitter_options` fills from a ScalingConfig).
-
-    exclude_before / exclude_fraction: the early window left out (compute < max(exclude_before,
-    exclude_fraction * max compute)). a_step, a_range: ScaleRL's grid of A. n_b: log-grid values of B.
-    polish: refine the grid winner off the grid (A kept on it). bootstrap: resamples of the fitted
-    points for percentile intervals and the band, at `confidence`, drawn with `seed`. min_points:
-    fewest points to fit. flat_alpha: significance of the F-test against a constant reward below
-    which the curve counts as flat (0 disables it).
-    """
+    """The options both fitters take as keywords (`fitter_options` fills them from a ScalingConfig, whose fields
+    say what they mean). n_b: log-grid values of B. polish: refine the grid winner off the grid, A kept on it.
+    flat_alpha: the F-test level against a constant reward below which the curve is flat (0: no test)."""
 
     exclude_before: float = 0.0
     exclude_fraction: float = 0.0
@@ -216,14 +195,11 @@ def _refine_b(logc, y, r0, a, b0, lcm) -> float:
     return float(b) if sse(b) <= sse(b0) else float(b0)
 
 
-# ---- power law -------------------------------------------------------------------------------
-
 _POWER_CELLS_PER_CHUNK = 4_000_000  # elements of the [K, A, B] error cube held at once
 
 
 def fit_power(compute, reward, *, b_range: tuple[float, float] = (0.01, 5.0), **options) -> PowerFit:
-    """Fit R(C) = A - D / C^B to evaluations (compute [N], reward [N]); zero-compute points are left out.
-    Options as in `fit_sigmoid`; flat_alpha tests against a constant reward (the mean)."""
+    """Fit R(C) = A - D / C^B to evaluations (compute [N], reward [N]) but zero compute; options as `fit_sigmoid`."""
     o = FitOptions(**options)
     c_all, y_all = as_points(compute, reward)
     if o.a_step <= 0 or o.a_range[0] > o.a_range[1] or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:

@@ -1,7 +1,5 @@
 """Run grouping: a run's evaluations against compute, seeds pooled, runs grouped into recipes; and `fit_run`,
 the training loop's end-of-run fit of one run (writes scaling_fit.{json,png} into it).
-
-Runs are read by rlx.run.records; nothing here needs model code.
 """
 
 from __future__ import annotations
@@ -74,17 +72,14 @@ def _number(v) -> float:
 
 
 def pool(series: list[Series]) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """(compute [N], reward [N], R0): the evaluations after step 0 of every run, and R0 = mean step-0 reward
-    (None when no run has one). The step-0 evaluation anchors R0 whatever compute it carries (gpu_hours at
-    step 0 may count setup time), and stays out of the fitted points."""
+    """(compute [N], reward [N], R0): every run's evaluations after step 0, and R0 = the mean step-0 reward (None
+    without one), whatever compute step 0 carries (docs/scaling.md)."""
     r0s = [s.r0 for s in series if s.r0 is not None]
     keep = [s.step > 0 if s.r0 is not None else np.ones(len(s), bool) for s in series]
     compute = np.concatenate([s.compute[k] for s, k in zip(series, keep)]) if series else np.zeros(0)
     reward = np.concatenate([s.reward[k] for s, k in zip(series, keep)]) if series else np.zeros(0)
     return compute, reward, (float(np.mean(r0s)) if r0s else None)
 
-
-# ---- recipes ---------------------------------------------------------------------------------
 
 # Config keys that do not define a recipe: any key with a `seed` part (run seed, data seed), and
 # analysis/bookkeeping settings (prefixes).
@@ -160,8 +155,6 @@ def _relative(path: Path, root: Path) -> str:
     return rel if rel != "." else path.name
 
 
-# ---- one run's fit (the training loop) ------------------------------------------------------
-
 def fit_report(fit: CurveFit, compute: np.ndarray, reward: np.ndarray, target: float,
                prefix: str = "scaling/") -> dict[str, float]:
     """The fit's flat float dict plus the prediction at the target compute and the error on held-out points."""
@@ -180,9 +173,8 @@ def fit_report(fit: CurveFit, compute: np.ndarray, reward: np.ndarray, target: f
 
 def fit_run(run_dir: str | Path, cfg) -> dict[str, float]:
     """Fit the run's `cfg.metric` against `perf/compute/<cfg.compute>`; write scaling_fit.{json,png} into it.
-    Returns {"scaling/A", "scaling/B", "scaling/C_mid" (sigmoid) or "scaling/D" (power), "scaling/R0",
-    interval bounds "scaling/<p>_lo|_hi", "scaling/sse", "scaling/pred_at_target", ...}, all floats.
-    Raises ValueError when there is nothing to fit (scaling.fit=none, too few points, flat curve, NaN)."""
+    Returns fit_report's floats ("scaling/A", "scaling/<p>_lo|_hi", "scaling/pred_at_target", ...); a ValueError
+    when there is nothing to fit (scaling.fit=none, too few points, flat curve, NaN)."""
     cfg = as_config(cfg)
     if cfg.fit == "none":
         raise ValueError("scaling.fit is 'none': nothing to fit")
