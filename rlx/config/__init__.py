@@ -1,12 +1,6 @@
-"""The config and its checks: the root schema, assembled from each package's own config
-(rlx/<package>/config.py), registered in Hydra's ConfigStore, and the key listing `--help` prints
-(`python -m rlx.config`, console `rlx-config-keys`).
-
-The primary config (`conf/config.yaml`) starts from `rlx_schema`, so every YAML file and every
-command-line override is merged into a typed node: an unknown key or a value of the wrong type
-fails at composition time, before any model is built, with OmegaConf naming the key. Each group's
-value checks live in its dataclass and run when rlx.config.preflight converts the composed groups;
-rlx.config.limits walks every number of the composed config against its range.
+"""The root schema, assembled from each package's config (rlx/<package>/config.py) and registered in Hydra's
+ConfigStore, and the key listing `--help` prints (`python -m rlx.config`, console `rlx-config-keys`). The primary
+config starts from `rlx_schema`, so a wrong key or type fails at composition time, with OmegaConf naming the key.
 """
 
 from __future__ import annotations
@@ -53,8 +47,7 @@ FREE_FORM = {"paper", "report"}  # top-level keys whose contents the schema does
 
 
 def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
-    """Keys in `cfg` that the dataclass schema does not have (added with Hydra's `+key=value`, which
-    bypasses the schema): such a key would be stored and silently ignored."""
+    """Keys in `cfg` the schema does not have (Hydra's `+key=value` bypasses it): stored and silently ignored."""
     from dataclasses import is_dataclass
 
     from omegaconf import DictConfig, OmegaConf
@@ -75,8 +68,7 @@ def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
 
 
 def describe_keys(cls=None, prefix: str = "") -> list[tuple[str, object, str]]:
-    """(key, default, description) for every key of the schema (what `python -m rlx.config` prints): the
-    description is the field's metadata["help"], as in HF's and TRL's argument dataclasses."""
+    """(key, default, the field's metadata["help"]) for every key of the schema (`python -m rlx.config`)."""
     import dataclasses
 
     cls = RLXConfig if cls is None else cls

@@ -1,14 +1,6 @@
-"""Every numeric setting, checked by one walk of the composed config before any model is built.
-
-`check_numbers(cfg)` visits every int and float value of the config (every schema field, list element
-and dict entry, whatever package added it) and refuses, naming the key:
-  * a float that is NaN or +-inf: a comparison with NaN is false, so NaN would pass every range check
-    below it (no setting is documented to take a non-finite value);
-  * a value outside the field's range in `RANGES` (matched by key pattern), or outside `DEFAULT` when
-    no pattern matches: >= 0, the range of counts, sizes, steps and strengths. A field whose meaning
-    allows negatives (reward weights, -1 = off) has its own entry.
-`check_model(cfg)`, `check_fits(cfg, task)` hold the checks that relate several fields (heads that
-divide the width, a context that holds prompt plus completion).
+"""Every numeric setting, checked by one walk of the composed config before any model is built (docs/runs.md, "Bad
+input"): `check_numbers` refuses NaN / inf (a comparison with NaN is false, so it would pass every range check) and
+values outside their `RANGES` entry (else `DEFAULT`, >= 0); `check_model` and `check_fits` relate several fields.
 """
 
 from __future__ import annotations
@@ -164,8 +156,7 @@ def check_model(cfg) -> None:
 
 
 def check_fits(cfg, task) -> None:
-    """The tiny model's context (model.max_position_embeddings) holds the longest prompt of the task plus
-    the longest completion it trains on or samples (checked once the task is built, before the model)."""
+    """The tiny model's context holds the task's longest prompt plus the longest completion or SFT target."""
     if cfg.model.source != "tiny":
         return
     from rlx.models.config import chat_template_text

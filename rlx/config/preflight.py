@@ -1,12 +1,6 @@
-"""Preflight: every value a run needs, checked before any model is built, each refusal naming its key.
-
-`check(cfg)` is the first thing `rlx.train` does. It refuses keys the schema does not have and
-non-finite or out-of-range numbers (rlx.config.limits), then converts each group to its package's typed config
-(`convert`), whose own checks run then (rlx/<package>/config.py: one place per group), and keeps here
-only the rules that read more than one group: full fine-tuning against quant / extrapolation / engine /
-strategy, the shared prefix against gradient checkpointing, what N torchrun ranks cannot do, the
-engine against the model and the quant format, and the dtype a vLLM engine's GPU kernels take. It builds
-nothing heavy: a typo costs a second.
+"""Preflight, the first thing `rlx.train` does: every value a run needs, checked before any model is built, each
+refusal naming its key. A group's own checks live in its package's config (run by `convert`); here are only the
+rules that read more than one group. It builds nothing heavy: a typo costs a second.
 """
 
 from __future__ import annotations
@@ -44,9 +38,8 @@ def check(cfg) -> DeviceSpec:
 
 
 def record_dtype(cfg, trainer: DeviceSpec) -> None:
-    """`trainer.dtype=auto` resolved in the config itself: every reader after preflight (the engines' checks,
-    the recorded config of checkpoints and summary.json, wandb) sees fp32 or bf16, and a resume compares what
-    the run computed in (rlx.run.resume.dtype_refusal)."""
+    """`trainer.dtype=auto` resolved in the config itself: every later reader sees fp32 or bf16, and a resume
+    compares what the run computed in (rlx.run.resume.dtype_refusal)."""
     if cfg.trainer.dtype != "auto":
         return
     from omegaconf import read_write
@@ -59,10 +52,9 @@ def record_dtype(cfg, trainer: DeviceSpec) -> None:
 
 
 def vllm_serves_adapter_on_gpu(cfg) -> str:
-    """What a vLLM engine of this run would serve through its half-precision-only GPU kernels ('' if none):
-    a LoRA adapter (vLLM's Punica kernels) and, with it, an NVFP4 base (Marlin FP4 on Hopper, FlashInfer's
-    W4A16 on Blackwell). Merged or full weights are served dense, which vLLM takes in fp32 too. Running
-    servers (rollout.server.urls) were started with a dtype of their own."""
+    """What a vLLM engine of this run would serve through its half-precision-only GPU kernels ('' if none): a LoRA
+    adapter and, with it, an NVFP4 base (docs/engine.md). Merged or full weights are served dense, in fp32 too;
+    running servers (rollout.server.urls) have a dtype of their own."""
     engine, r = cfg.rollout.engine, cfg.rollout
     if engine not in ("vllm", "vllm_server") or (engine == "vllm_server" and not r.server.num):
         return ""
@@ -82,9 +74,8 @@ def vllm_serves_adapter_on_gpu(cfg) -> str:
 
 
 def half_precision_for_vllm(cfg, trainer: DeviceSpec) -> DeviceSpec:
-    """trainer.dtype=fp32 with a vLLM engine that serves an adapter on a GPU: the run moves to bf16, with a
-    logged line (vLLM's LoRA and FP4 GPU kernels assert fp16/bf16, and the engine's dtype is the trainer's;
-    the tiny model pins fp32 for the CPU's sake). Refused, naming the keys, where bf16 cannot be had."""
+    """trainer.dtype=fp32 with a vLLM engine that serves an adapter on a GPU: the run moves to bf16 with a logged
+    line (those kernels assert fp16/bf16, and the engine's dtype is the trainer's); refused where bf16 cannot be."""
     if trainer.dtype != torch.float32:
         return trainer
     what = vllm_serves_adapter_on_gpu(cfg)
@@ -111,8 +102,7 @@ def half_precision_for_vllm(cfg, trainer: DeviceSpec) -> DeviceSpec:
 
 
 def convert(cfg) -> dict:
-    """Each group of the composed config as its package's typed config, once: every check of a single
-    group's values runs here (the dataclasses' __post_init__ / check)."""
+    """Each group as its package's typed config, once: every check of one group's values runs here."""
     from omegaconf import OmegaConf
 
     from rlx.algo.config import as_config as algo
@@ -129,10 +119,8 @@ def convert(cfg) -> dict:
 
 
 def check_finetune(cfg, world_size: int = 1) -> None:
-    """What full fine-tuning cannot do with other groups: the knobs that need a LoRA adapter or a frozen
-    (quantized) base, vLLM's adapter sync, and FSDP over N ranks (its layer shards would sit beside whole
-    embeddings and head, which the gradient clip and the engines' head cannot mix). model.lora.* is
-    ignored with full (the model groups set it), not refused."""
+    """What full fine-tuning cannot do with other groups (docs/models.md): what needs a LoRA adapter or a frozen
+    base, vLLM's adapter sync, FSDP over N ranks. model.lora.* is ignored with full (the model groups set it)."""
     if cfg.model.finetune != "full":  # the name itself and full with 16-bit weights: rlx.models.config
         return
     for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (a quantized base is frozen: "
@@ -149,8 +137,7 @@ def check_finetune(cfg, world_size: int = 1) -> None:
 
 
 def check_shared_prefix(cfg) -> None:
-    """algo.shared_prefix feeds the prompt's KV cache to its completions; transformers' gradient
-    checkpointing drops every cache in training, so the completions would not see their prompt."""
+    """algo.shared_prefix feeds the prompt's KV cache to its completions, which gradient checkpointing drops."""
     if cfg.algo.shared_prefix and cfg.model.get("gradient_checkpointing", False):
         raise ValueError("algo.shared_prefix=true with model.gradient_checkpointing=true: checkpointed layers drop "
                          "the prompt's KV cache the completions attend to; turn one of them off")
@@ -178,8 +165,7 @@ def check_distributed(cfg, world_size: int) -> None:
 
 
 def check_values(cfg) -> None:
-    """What no group's dataclass can see: keys outside the schema (a `+key=value` override) and, over the
-    whole config, NaN / inf / out-of-range numbers and the tiny model's shape against its quant format."""
+    """What no group's dataclass can see: keys outside the schema, and over the whole config rlx.config.limits."""
     unknown = unknown_keys(cfg)
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}: not in rlx's schema, so nothing would read them "

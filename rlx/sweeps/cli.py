@@ -1,13 +1,8 @@
 """`python -m rlx.sweeps NAME [overrides...]`: run one paper table's sweep, then its report.
 
-A thin launcher over the one-command form
-    python -m rlx.train -m --config-dir sweeps --config-name NAME [overrides...]
-that works from any directory (it finds the repository's sweeps/), fixes the sweep directory up
-front (outputs/sweeps/NAME/<timestamp> under the current directory, unless the overrides give
-hydra.sweep.dir) and runs `python -m rlx.report` on it at the end. `--list` prints the sweeps.
-
-`--predictive` runs the arms in rounds of growing train.steps (`--rounds`, `--first-steps`,
-`--growth`) and stops the arms their fits rule out (rlx.sweeps.rounds, docs/predictive.md).
+A launcher over `python -m rlx.train -m --config-dir sweeps --config-name NAME` that works from any directory,
+fixes the sweep directory up front and runs `python -m rlx.report` on it at the end (docs/sweeps.md);
+`--predictive` runs the arms in rounds (docs/predictive.md).
 """
 
 from __future__ import annotations
@@ -20,9 +15,8 @@ from rlx.sweeps.spec import available, sweep_dir_of, train_command
 
 
 def _own_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """argv with this launcher's own options (and their values) moved before the sweep name: written
-    after the overrides (`smollm2_tune seed=1 --no-report`) they would reach rlx.train as overrides,
-    which refuses them. Overrides never start with '--'."""
+    """argv with this launcher's own options (and their values) moved before the sweep name: after the overrides
+    (`smollm2_tune seed=1 --no-report`) they would reach rlx.train, which refuses them."""
     takes_value = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}
     own, rest, i = [], [], 0
     while i < len(argv):

@@ -13,8 +13,7 @@ DECISIONS_JSONL, DECISIONS_MD = "predictive.jsonl", "predictive.md"
 
 
 def append_decisions(sweep_dir: str | Path, decisions: list) -> None:
-    """Append the round's decisions (rlx.sweeps.rule.Decision) to SWEEP_DIR/predictive.jsonl and rewrite
-    predictive.md from all of them."""
+    """Append the round's decisions (rule.Decision) to predictive.jsonl and rewrite predictive.md from all."""
     sweep_dir = Path(sweep_dir)
     with open(sweep_dir / DECISIONS_JSONL, "a") as fh:
         for d in decisions:
@@ -23,8 +22,7 @@ def append_decisions(sweep_dir: str | Path, decisions: list) -> None:
 
 
 def read_decisions(sweep_dir: str | Path) -> list[dict]:
-    """Every decision recorded under SWEEP_DIR (predictive.jsonl), in order; [] when there is none.
-    A last line cut by a kill is dropped; an earlier bad line raises (rlx.run.records.parse_metrics)."""
+    """Every decision in SWEEP_DIR/predictive.jsonl, in order ([] without one); a last line cut by a kill dropped."""
     path = Path(sweep_dir) / DECISIONS_JSONL
     if not path.is_file():
         return []
@@ -33,10 +31,7 @@ def read_decisions(sweep_dir: str | Path) -> list[dict]:
 
 def arm_outcomes(records: list[dict]) -> dict[str, dict]:
     """{arm: its last decision}: the budget it received and, for a stopped arm, the round and reason."""
-    out: dict[str, dict] = {}
-    for r in records:
-        out[r["arm"]] = r
-    return out
+    return {r["arm"]: r for r in records}
 
 
 def decisions_markdown(records: list[dict]) -> str:

@@ -11,11 +11,8 @@ from rlx.sweeps.rule import Decision
 
 
 class DriverLog:
-    """The driver's wandb run (group = the sweep's name, job_type predictive): per round, each arm's A with
-    its interval, budget and whether it runs on, and a table of every decision so far. Its mode, project and
-    entity are the command line's logger.mode / logger.project / logger.entity (offline by default, like
-    every run; logger=disabled or logger.mode=disabled: none). The run id is kept in the sweep directory, so
-    a restarted driver appends to the same run."""
+    """The driver's wandb run (docs/predictive.md, "wandb"): mode, project and entity from the command line's
+    logger.*; its id kept in the sweep directory, so a restarted driver appends to the same run."""
 
     def __init__(self, name: str, sweep_dir: str | Path, overrides: list[str]):
         default = LoggerConfig()

@@ -1,12 +1,6 @@
-"""The predictive round driver (issue 17, docs/predictive.md): `run_rounds`, behind
-`python -m rlx.sweeps NAME --predictive`.
-
-Round r runs the surviving arms as ONE multirun (any launcher) to train.steps = first_steps * growth^r,
-each job's directory fixed per arm and seed (`hydra.sweep.subdir=<arm>_seed<seed>`), so every job of
-the next round resumes from its checkpoint (rlx.train's resume). After each round the rule
-(rlx.sweeps.rule) decides which arms run on; every decision is appended to
-`<sweep_dir>/predictive.jsonl` (and `predictive.md` rewritten: rlx.sweeps.decisions). A driver that died
-goes on from its last decided round when the same command is run again.
+"""The predictive round driver behind `python -m rlx.sweeps NAME --predictive` (docs/predictive.md): each round one
+multirun of the surviving arms, job directories fixed per arm and seed so the next round resumes them; a driver
+that died goes on from its last decided round when the same command is run again.
 """
 
 from __future__ import annotations
@@ -70,9 +64,8 @@ def split_overrides(overrides: list[str], arm_key: str, arms: list[str]) -> tupl
 
 
 def _state(sweep_dir: str | Path, schedule: RoundPlan, arms: list[str]) -> tuple[dict, dict, list[str], int]:
-    """(budgets, flat rounds, arms alive, next round) of a sweep directory: a new sweep's, or, when the driver
-    of this sweep directory died, the state after its last complete round (predictive.jsonl), so rerunning
-    the same command goes on from there. Refuses a rerun whose schedule or arms differ from the first."""
+    """(budgets, flat rounds, arms alive, next round) of a sweep directory: a new sweep's, or the state after its
+    last complete round (predictive.jsonl). Refuses a rerun whose schedule or arms differ from the first."""
     sweep_dir = Path(sweep_dir)
     plan = {"schedule": asdict(schedule), "arms": arms}
     path = sweep_dir / SCHEDULE_JSON
@@ -112,9 +105,7 @@ def _state(sweep_dir: str | Path, schedule: RoundPlan, arms: list[str]) -> tuple
 
 def run_rounds(name: str, overrides: list[str], schedule: RoundPlan,
                runner: Callable[[list[str]], int] | None = None) -> tuple[int, str]:
-    """Run sweep `name` predictively; returns (exit code, sweep directory). runner: runs one argv (default
-    subprocess). Rerunning the same command with the same hydra.sweep.dir after the driver died goes on
-    from its last decided round (the jobs resume from their checkpoints)."""
+    """Run sweep `name` predictively: (exit code, sweep directory). runner: runs one argv (default subprocess)."""
     runner = runner or (lambda cmd: subprocess.run(cmd).returncode)
     arm_key, arms = arm_axis(name)
     if arm_key is None:

@@ -1,17 +1,5 @@
-"""The predictive rule (issue 17, docs/predictive.md): after each round, which arms of a sweep run on.
-
-`decide`, with every arm's seeds pooled and fitted by rlx.scaling (`fit_points`, the sweep's
-`scaling.*` options, bootstrap intervals of A):
-- a fit is *determined* when it succeeded, A is inside its grid, A has a bootstrap interval that
-  stays inside the grid and is at most `max_width` wide; *flat* when the fitter refused the curve
-  as flat (all rewards equal, or the F-test against a constant reward at R0); *undetermined*
-  otherwise (A at the grid edge, interval too wide or missing, fit failed, too few points);
-- the leader is the determined arm with the highest A;
-- a determined arm stops when A_hi(arm) + margin < A_lo(leader) (margin: `scaling.margin`, ScaleRL's 0.02);
-- an arm whose fit is flat for `flat_rounds` (3) consecutive rounds stops (the issue's 2 stopped a slow
-  starter in the synthetic runs: docs/predictive.md);
-- an undetermined fit never stops an arm, and a round never stops every arm still running.
-Pure: points in, decisions out (the driver is rlx.sweeps.rounds).
+"""The predictive rule: after each round, which arms of a sweep run on (docs/predictive.md, "The rule": determined,
+flat and undetermined fits, the leader, when an arm stops). Pure: points in, decisions out (driver: rounds).
 """
 
 from __future__ import annotations
@@ -67,8 +55,7 @@ class Decision:
 
 
 def fit_arm(compute, reward, r0, cfg, max_width: float = 0.5, **fit_overrides) -> ArmFit:
-    """Fit one arm's pooled points (compute [N], reward [N], R0) with the scaling config's sigmoid options
-    (fit_overrides: extra fitter arguments) and classify the fit."""
+    """Fit one arm's pooled points (compute [N], reward [N], R0) with the config's sigmoid options; classify it."""
     if len(compute) == 0:
         return ArmFit("undetermined", note="no evaluation after step 0")
     try:
@@ -97,12 +84,9 @@ def classify(fit, max_width: float = 0.5) -> tuple[str, str]:
 def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin: float = 0.02,
            flat_before: dict[str, int] | None = None, flat_rounds: int = 3,
            reach_p: Callable[[str, float], float] | None = None, reach_alpha: float = 0.001) -> list[Decision]:
-    """The decision for every arm in `fits` (the arms still running) after round `round_`.
-
-    budgets: {arm: train.steps it has run to}; flat_before: {arm: consecutive flat rounds before this one}.
-    reach_p(arm, A): p-value of "the arm's asymptote is A" (`reach_test`); an arm the intervals rule out
-    stops only when p < reach_alpha (None: the intervals alone decide).
-    """
+    """The decision for every arm in `fits` (the arms still running) after round `round_`. budgets: {arm:
+    train.steps run}; flat_before: {arm: consecutive flat rounds before}. reach_p(arm, A): `reach_test`'s p-value;
+    an arm the intervals rule out stops only when p < reach_alpha (None: the intervals alone decide)."""
     flat_before = flat_before or {}
     determined = {a: f for a, f in fits.items() if f.status == "determined"}
     leader = max(determined, key=lambda a: (determined[a].A, a)) if determined else None
@@ -152,10 +136,8 @@ def decide_points(round_: int, points: dict[str, tuple], budgets: dict[str, int]
 
 
 def reach_test(compute, reward, r0, fit, A: float, cfg, **fit_overrides) -> float:
-    """p-value of the F-test of the arm's free fit against a refit with its asymptote held at A (ScaleRL's
-    fixed-A refit): small p means the data reject A. Bootstrap intervals of A fitted before the curve's
-    midpoint can be narrow and wrong (a curve that has not bent yet looks like one that has saturated
-    low); this test asks the data directly. 1.0 when the refit fails (never a reason to stop)."""
+    """p-value of the F-test of the arm's free fit against a refit with its asymptote held at A: small p means the
+    data reject A (why: docs/predictive.md, "The rule"). 1.0 when the refit fails (never a reason to stop)."""
     try:
         held = fit_points(compute, reward, cfg, kind="sigmoid", r0=r0, **{**fit_overrides, "A": A, "bootstrap": 0,
                                                                           "flat_alpha": 0.0})

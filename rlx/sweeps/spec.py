@@ -1,9 +1,5 @@
-"""What the repository's sweeps/ holds: the sweeps (sweeps/*.yaml), each one's arm axis and arm files, and the
-command and sweep directory that run one.
-
-A sweep's arm axis is the first of its `hydra.sweeper.params` (seed aside) that names a config group
-(a directory `sweeps/<key>/` or `conf/<key>/`): `qerl_arm`, `next_arm`, `loo_arm`, `offpolicy_arm`,
-`algo`, `quant`. Its comma-separated values are the arms, in the paper's order.
+"""What the repository's sweeps/ holds: the sweeps, each one's arm axis (the first swept key, seed aside, that
+names a config group) and arm files, and the command and sweep directory that run one (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -62,8 +58,7 @@ def train_command(name: str, overrides: list[str], sweeps_dir: Path = SWEEPS_DIR
 
 
 def fixed_sweep_dir(name: str) -> str | None:
-    """The sweep file's own hydra.sweep.dir when it is a fixed path (no interpolation such as ${now:...}): a
-    sweep that resumes when its command is run again. None otherwise."""
+    """The sweep file's hydra.sweep.dir when it is a fixed path (no ${now:...}): a sweep that resumes; else None."""
     try:
         value = ((sweep_file(name).get("hydra") or {}).get("sweep") or {}).get("dir")
     except FileNotFoundError:
@@ -72,8 +67,7 @@ def fixed_sweep_dir(name: str) -> str | None:
 
 
 def sweep_dir_of(name: str, overrides: list[str]) -> tuple[str, list[str]]:
-    """(the sweep directory, the overrides with hydra.sweep.dir set): the given one, else the sweep file's fixed
-    one (the same command resumes the same sweep), else a new timestamp."""
+    """(the sweep directory, the overrides with it set): the given one, else the file's fixed one, else a new one."""
     for o in overrides:
         key, sep, value = o.partition("=")
         if sep and key.lstrip("+") == "hydra.sweep.dir":
