@@ -1,11 +1,5 @@
-"""Write / read NVFP4 checkpoints in compressed-tensors' format (what llm-compressor writes, vLLM loads).
-
-Layout: config.json with a `quantization_config` (quant_method compressed-tensors, format
-nvfp4-pack-quantized, one group targeting Linear with the NVFP4A16 weight args, everything
-not quantized listed in `ignore`), and model.safetensors holding, per quantized layer,
-`weight_packed` uint8 [N, K/2], `weight_scale` fp8 e4m3 [N, K/16], `weight_global_scale` fp32 [1]
-(+ `bias`), and the other tensors in their own dtype.
-"""
+"""Write / read NVFP4 checkpoints in compressed-tensors' format (what llm-compressor writes, vLLM loads); the layout
+(config.json's `quantization_config`, `weight_packed` / `weight_scale` / `weight_global_scale`): docs/quant.md."""
 
 import json
 from pathlib import Path
@@ -82,11 +76,7 @@ def _checkpoint_tensors(model: nn.Module) -> tuple[dict[str, Tensor], list[str]]
 
 
 def export_compressed_tensors(model: nn.Module, tokenizer, out_dir: str | Path) -> Path:
-    """Write the NVFP4-quantized model as a compressed-tensors checkpoint; returns out_dir.
-
-    A PeftModel is unwrapped: the frozen base is exported, LoRA adapters are not (save them with
-    PEFT's save_pretrained).
-    """
+    """Write the NVFP4 model as a compressed-tensors checkpoint (a PeftModel's base, not adapters); returns out_dir."""
     model = _base_model(model)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,10 +105,7 @@ def _check_quantization_config(qcfg: dict | None) -> None:
 
 def _read_tensors(path: Path) -> dict[str, Tensor]:
     index = path / f"{WEIGHTS_NAME}.index.json"
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = [WEIGHTS_NAME]
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [WEIGHTS_NAME]
     tensors: dict[str, Tensor] = {}
     for file in files:
         tensors.update(load_file(str(path / file)))

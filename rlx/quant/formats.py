@@ -37,8 +37,7 @@ def get_format(name: str) -> QuantFormat:
 
 
 def quantize(weight: Tensor, fmt: str, **kw) -> QuantizedTensor:
-    """Quantize a 2-D weight [out_features, in_features]. kw: nvfp4 `global_scale` (fp32 [1]), nf4
-    `double_quant` (bool)."""
+    """Quantize a 2-D weight [out, in]; kw: nvfp4 `global_scale` (fp32 [1]), nf4 `double_quant` (bool)."""
     if not isinstance(weight, Tensor):
         raise ValueError(f"{fmt}: expected a torch.Tensor, got {type(weight).__name__}")
     return get_format(fmt).quantize(weight.detach(), **kw)

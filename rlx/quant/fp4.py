@@ -1,18 +1,15 @@
-"""FP4 E2M1 codes and nibble packing, shared by NVFP4 and MXFP4.
-
-A code is 4 bits: bit 3 is the sign, bits 0-2 index the magnitudes
-0, 0.5, 1, 1.5, 2, 3, 4, 6. Rounding is round-to-nearest-even and saturates at 6.
-"""
+"""FP4 E2M1 codes and nibble packing, shared by NVFP4 and MXFP4: bit 3 the sign, bits 0-2 index the magnitudes
+0, 0.5, 1, 1.5, 2, 3, 4, 6; round-to-nearest-even, saturating at 6."""
 
 import torch
 from torch import Tensor
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E2M1_MAX = 6.0
+CHUNK_ELEMENTS = 1 << 22  # CPU chunk: bounds fp32 temporaries; few chunks = few thread syncs
 
-# (threshold, inclusive): |x| above the threshold (or equal, when inclusive) moves one code up.
-# Ties go to the even code (0, 1, 2, 4 have an even index): 0.25->0, 0.75->1, 1.25->1, 1.75->2,
-# 2.5->2, 3.5->4, 5->4.
+# (threshold, inclusive): |x| above the threshold (or equal, when inclusive) moves one code up. Ties go to the
+# even code (0, 1, 2, 4 have an even index): 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4.
 _RNE_STEPS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False))
 
 _LUT_CACHE: dict[torch.device, Tensor] = {}
@@ -28,12 +25,8 @@ def e2m1_lut(device: torch.device | str = "cpu") -> Tensor:
 
 
 def e2m1_encode(x: Tensor, *, zero_sign: str) -> Tensor:
-    """Round fp32 values (already divided by their scale) to E2M1 codes, uint8 of x's shape.
-
-    zero_sign says how the sign bit of a value that rounds to zero is set:
-    "negative"  -> set for x < 0 (compressed-tensors: -0.1 -> code 8, -0.0 -> code 0);
-    "signbit"   -> copies the float sign bit (torchao: -0.0 -> code 8).
-    """
+    """Round fp32 values (already divided by their scale) to E2M1 codes, uint8 of x's shape. zero_sign sets the sign
+    of a value rounding to zero: "negative" for x < 0 (compressed-tensors), "signbit" copies it (torchao: -0.0 -> 8)."""
     mag_abs = x.abs()
     code = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
     for threshold, inclusive in _RNE_STEPS:
@@ -63,11 +56,8 @@ _PAIR_VIEW = {torch.bfloat16: torch.int32, torch.float32: torch.int64}
 
 
 def _pair_lut(values: Tensor, low_first: bool) -> tuple[Tensor, torch.dtype]:
-    """[256] table, one entry per byte value: its two code values (element order), viewed as one integer.
-
-    values must be one of the cached per-device code tables (e2m1_lut, nf4_values); they are stored
-    in bf16 when that is exact (E2M1), else fp32 (NF4).
-    """
+    """[256] table, one entry per byte value: its two code values (element order) viewed as one integer; `values`
+    is a cached code table (e2m1_lut, nf4_values), stored in bf16 where exact (E2M1), else fp32 (NF4)."""
     key = (values.data_ptr(), values.device, low_first)
     if key not in _PAIR_LUT_CACHE:
         exact_bf16 = bool((values.to(torch.bfloat16).to(torch.float32) == values).all())
@@ -87,16 +77,13 @@ def decode_packed(packed: Tensor, values: Tensor, low_first: bool) -> Tensor:
     return pairs.view(dtype).view(*packed.shape[:-1], packed.shape[-1] * 2)
 
 
-_DEQUANT_CHUNK_ELEMENTS = 1 << 22
-
-
 def dequantize_rows(packed: Tensor, values: Tensor, low_first: bool, scale: Tensor, block: int,
                     dtype: torch.dtype) -> Tensor:
     """[N, K/2] bytes + fp32 [N, K/block] scales -> [N, K] in dtype: dtype(fp32(value * scale)).
-    On CPU it works in chunks of _DEQUANT_CHUNK_ELEMENTS (bounded fp32 temporaries, faster than one pass)."""
+    On CPU it works in chunks of CHUNK_ELEMENTS (bounded fp32 temporaries, faster than one pass)."""
     n, k = packed.shape[0], packed.shape[1] * 2
     out = torch.empty(n, k, dtype=dtype, device=packed.device)
-    rows = n if packed.is_cuda else max(1, _DEQUANT_CHUNK_ELEMENTS // k)
+    rows = n if packed.is_cuda else max(1, CHUNK_ELEMENTS // k)
     for r0 in range(0, n, rows):
         codes = decode_packed(packed[r0 : r0 + rows], values, low_first)  # [rows, K]
         scaled = codes.view(-1, k // block, block) * scale[r0 : r0 + rows, :, None]  # fp32

@@ -20,8 +20,7 @@ _TRITON_FAILED = False  # set once the fused kernel failed under kernel=auto
 
 
 def _autocast_input(x: Tensor) -> Tensor:
-    """x in the dtype autocast gives a linear layer's input (F.linear on the torch path gets this from
-    autocast itself; the fused kernel is not an autocast op, so it would compute in x's own dtype)."""
+    """x in the dtype autocast gives a linear's input: the fused kernel is no autocast op (F.linear gets it itself)."""
     kind = x.device.type
     if x.is_floating_point() and torch.is_autocast_enabled(kind):
         return x.to(torch.get_autocast_dtype(kind))
@@ -29,11 +28,8 @@ def _autocast_input(x: Tensor) -> Tensor:
 
 
 class QuantLinear(nn.Module):
-    """y = x @ dequantize(W)^T + b, with W held as 4-bit codes and block scales (buffers, no grad).
-
-    kernel: "torch" dequantizes then calls F.linear; "triton" runs a fused dequant-matmul on CUDA
-    (falls back to torch on CPU); "auto" = triton on CUDA inputs when triton is importable.
-    """
+    """y = x @ dequantize(W)^T + b, with W held as 4-bit codes and block scales (buffers, no grad). kernel: "torch"
+    dequantizes then F.linear; "triton" a fused kernel on CUDA (torch on CPU); "auto" triton where importable."""
 
     def __init__(self, qweight: QuantizedTensor, bias: Tensor | None = None, kernel: str = "auto"):
         super().__init__()
@@ -52,10 +48,7 @@ class QuantLinear(nn.Module):
                 tensor = tensor.view(_INT_VIEW[tensor.element_size()])
             self.register_buffer(name, tensor)
         self._held: dict[tuple, Tensor] | None = None  # set by held_dequantized(): (input, autocast dtype) -> W
-        if bias is None:
-            self.bias = None
-        else:
-            self.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
 
     @property
     def quantized_weight(self) -> QuantizedTensor:
@@ -122,11 +115,8 @@ class QuantLinear(nn.Module):
 
 @contextlib.contextmanager
 def held_dequantized(model: nn.Module):
-    """Within the block, each QuantLinear of `model` dequantizes its weight once (per input dtype) and
-    reuses it, instead of once per forward. For the hf engine's token-by-token sampling, where the base
-    is frozen and every decode step would rebuild every weight on the torch path: the same weights, the
-    same outputs, at the memory of one dequantized copy (in the input's dtype) for the block's duration
-    (freed on exit)."""
+    """Within the block, each QuantLinear dequantizes its weight once per input dtype and reuses it (the hf engine's
+    decode steps, the update's micro-batches): the same outputs, one dequantized copy held until exit."""
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     for m in layers:
         m._held = {}

@@ -10,10 +10,7 @@ from rlx.quant.linear import QuantLinear
 
 
 class LoraQuantLinear(nn.Module, LoraLayer):
-    """LoRA adapters beside a frozen QuantLinear: y = base(x) + B(A(dropout(x))) * scaling.
-
-    Merging is refused: folding the adapter into 4-bit codes would change the frozen base.
-    """
+    """LoRA beside a frozen QuantLinear: y = base(x) + B(A(dropout(x))) * scaling; merging (into the codes) refused."""
 
     def __init__(self, base_layer: nn.Module, adapter_name: str, config: LoraConfig, r: int = 0, lora_alpha: int = 1,
                  **kwargs: Any):
@@ -61,11 +58,7 @@ class LoraQuantLinear(nn.Module, LoraLayer):
 
 
 def prepare_lora_config(lora_config: LoraConfig) -> LoraConfig:
-    """Register QuantLinear -> LoraQuantLinear with PEFT so get_peft_model wraps packed layers.
-
-    Harmless on an unquantized model (no module is a QuantLinear, so nothing dispatches here).
-    Returns the same config object.
-    """
+    """Register QuantLinear -> LoraQuantLinear with PEFT (harmless without packed layers); returns the same config."""
     if not isinstance(lora_config, LoraConfig):
         raise ValueError(f"prepare_lora_config expects a peft.LoraConfig, got {type(lora_config).__name__}")
     lora_config._register_custom_module({QuantLinear: LoraQuantLinear})
@@ -73,8 +66,7 @@ def prepare_lora_config(lora_config: LoraConfig) -> LoraConfig:
 
 
 def load_lora_adapter(model: nn.Module, path: str, is_trainable: bool = False):
-    """PeftModel.from_pretrained for a (possibly) quantized base: the saved adapter_config.json does not
-    carry PEFT's custom-module registration, so it is re-registered here before loading."""
+    """PeftModel.from_pretrained, re-registering QuantLinear first (the saved adapter_config.json does not carry it)."""
     from peft import PeftModel
 
     config = prepare_lora_config(LoraConfig.from_pretrained(path))

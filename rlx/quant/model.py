@@ -52,10 +52,8 @@ def target_linears(layer: nn.Module, targets) -> dict[str, nn.Linear]:
 
 @torch.no_grad()
 def quantized_weights(model: nn.Module, cfg: QuantConfig):
-    """Yield (block index, name inside the block, nn.Linear, QuantizedTensor) for every layer quantize_model
-    replaces, quantized exactly as it does (nvfp4's global scale shared per fused group, nf4's double
-    quantization); the model is left as it is. Refuses an unknown format or kernel and targets that match
-    no nn.Linear (after the last block)."""
+    """Yield (block index, name in the block, nn.Linear, QuantizedTensor) for every layer quantize_model replaces,
+    quantized as it does; the model is left as is. Refuses an unknown format or kernel, and targets matching nothing."""
     get_format(cfg.format)  # unknown names fail here
     if cfg.kernel not in KERNELS:
         raise ValueError(f"quant.kernel must be one of {KERNELS}, got {cfg.kernel!r}")
@@ -64,9 +62,7 @@ def quantized_weights(model: nn.Module, cfg: QuantConfig):
         targets = target_linears(layer, cfg.targets)
         shared = _shared_global_scales(targets) if cfg.format == "nvfp4" and cfg.fuse_global_scales else {}
         for name, linear in targets.items():
-            kwargs = {}
-            if name in shared:
-                kwargs["global_scale"] = shared[name]
+            kwargs = {"global_scale": shared[name]} if name in shared else {}
             if cfg.format == "nf4":
                 kwargs["double_quant"] = cfg.double_quant
             found += 1
@@ -78,11 +74,7 @@ def quantized_weights(model: nn.Module, cfg: QuantConfig):
 
 @torch.no_grad()
 def quantize_model(model: nn.Module, cfg: QuantConfig) -> nn.Module:
-    """Replace the targeted nn.Linear layers of every decoder block by frozen packed QuantLinear.
-
-    Embeddings, lm_head and norms are untouched. cfg.format == "none" returns the model as is.
-    The original weights are dropped (no full-precision copy is kept).
-    """
+    """Replace the targeted nn.Linear of every decoder block by a frozen packed QuantLinear (format "none": as is)."""
     if cfg.format == "none":
         return model
     layers = decoder_layers(model)

@@ -1,24 +1,18 @@
-"""MXFP4 per the OCP MX spec, with torchao's default ("floor") scale rule.
+"""MXFP4 per the OCP MX spec, with torchao's default ("floor") scale rule (docs/quant.md, Library conventions).
 
-32-element blocks along K share one E8M0 (power-of-two) scale
-  X = 2^(floor(log2(block_amax)) - 2)       (2 = exponent of E2M1's largest power of two, 4)
-stored as the biased exponent (uint8, bias 127; clamped to [0, 254]). Codes are
-E2M1_RNE(clamp(w / X, -6, 6)), packed two per byte, element 2j in the low nibble.
-As in torchao, the floor is read off the fp32 exponent bits of block_amax, an all-zero block
-gets exponent byte 0, and the divisor is never below 2^-126.
-"""
+32-element blocks along K share X = 2^(floor(log2(block_amax)) - 2), stored as a biased exponent (uint8,
+bias 127, [0, 254]); codes E2M1_RNE(clamp(w / X, ±6)), element 2j in the low nibble, X never below 2^-126."""
 
 import torch
 from torch import Tensor
 
-from rlx.quant.fp4 import dequantize_rows, e2m1_encode, e2m1_lut, pack_low_first
+from rlx.quant.fp4 import CHUNK_ELEMENTS, dequantize_rows, e2m1_encode, e2m1_lut, pack_low_first
 from rlx.quant.tensor import QuantizedTensor, check_finite, check_weight
 
 BLOCK = 32
 E8M0_BIAS = 127
 E2M1_MAX_POW2 = 2
 _F32_MIN_NORMAL = 2.0**-126
-_CHUNK_ELEMENTS = 1 << 22  # CPU chunk: bounds fp32 temporaries; few chunks = few thread syncs
 
 
 def e8m0_to_float(biased: Tensor) -> Tensor:
@@ -39,7 +33,7 @@ def quantize_mxfp4(weight: Tensor) -> QuantizedTensor:
     divisor = (biased << 23).view(torch.float32).clamp(min=_F32_MIN_NORMAL)  # fp32 [N, K/32]
 
     packed = torch.empty(n, k // 2, dtype=torch.uint8, device=weight.device)
-    rows = n if weight.is_cuda else max(1, _CHUNK_ELEMENTS // k)  # CPU: cache-sized chunks; GPU: one pass
+    rows = n if weight.is_cuda else max(1, CHUNK_ELEMENTS // k)  # CPU: cache-sized chunks; GPU: one pass
     for r0 in range(0, n, rows):
         scaled = blocks[r0 : r0 + rows].to(torch.float32) / divisor[r0 : r0 + rows, :, None]  # [rows, K/32, 32]
         codes = e2m1_encode(scaled.reshape(-1, k), zero_sign="signbit")

@@ -1,25 +1,16 @@
-"""NF4 with QLoRA / bitsandbytes numerics (its CPU path).
+"""NF4 with QLoRA / bitsandbytes numerics (its pure-torch path; docs/quant.md, Library conventions).
 
-64-element blocks of the row-major flattened weight (so a block may span rows when K is not a
-multiple of 64; a shorter last block takes the remainder), fp32 absmax per block, codes =
-nearest NF4 value of clamp(w * (1 / absmax), -1, 1) (the last partial block divides by its
-absmax); a value exactly at a midpoint goes to the lower code. Element 2i sits in the HIGH
-nibble (bitsandbytes order). Any [N, K] with K even works.
-Double quantization: absmax - mean(absmax) is quantized with bitsandbytes' signed 8-bit
-dynamic map in blocks of 256, nearest value with midpoint ties to the lower code (bitsandbytes'
-pure-torch kernel; its CPU C kernel uses an approximate search that picks the farther
-neighbour for ~0.1% of values, see docs/quant.md).
-"""
+64-element blocks of the row-major flattened weight (the last may be shorter), fp32 absmax, codes = nearest NF4
+value of clamp(w * (1 / absmax), -1, 1) (ties low), 2i in the HIGH nibble; double quantization on a 256-block map."""
 
 import torch
 from torch import Tensor
 
-from rlx.quant.fp4 import decode_packed, dequantize_rows, pack_high_first
+from rlx.quant.fp4 import CHUNK_ELEMENTS, decode_packed, dequantize_rows, pack_high_first
 from rlx.quant.tensor import QuantizedTensor, check_finite, check_weight
 
 BLOCK = 64
 SCALE_BLOCK = 256  # double quantization block over the absmax values
-_CHUNK_ELEMENTS = 1 << 22  # CPU chunk: bounds fp32 temporaries; few chunks = few thread syncs
 
 # The NF4 data type of QLoRA (quantiles of N(0, 1), as hard-coded in bitsandbytes).
 NF4_VALUES = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -46,11 +37,8 @@ def _nf4_midpoints(device: torch.device) -> Tensor:
 
 
 def dynamic_map(device: torch.device | str = "cpu") -> Tensor:
-    """bitsandbytes' signed 8-bit dynamic map (Dettmers' dynamic tree quantization), fp32 [256] sorted.
-
-    For exponent i = 0..6, 2^i linearly spaced fractions in [0.1, 1] (bin means) scaled by
-    10^(i-6), with both signs; plus 0 and 1.
-    """
+    """bitsandbytes' signed 8-bit dynamic map, fp32 [256] sorted: for i = 0..6, 2^i linearly spaced bin means
+    in [0.1, 1] scaled by 10^(i-6), both signs; plus 0 and 1."""
     key = ("dynamic", torch.device(device))
     if key not in _CACHE:
         values: list[float] = []
@@ -65,11 +53,8 @@ def dynamic_map(device: torch.device | str = "cpu") -> Tensor:
 
 
 def _quantize_scales(absmax: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Double quantization of fp32 [B] absmax -> (uint8 codes [B], fp32 absmax [ceil(B/256)], fp32 offset []).
-
-    Mirrors bitsandbytes' pure-torch blockwise kernel: full blocks multiply by 1/absmax, a
-    trailing partial block divides by its absmax; nearest map value, midpoint ties go low.
-    """
+    """Double quantization of fp32 [B] absmax -> (uint8 codes [B], fp32 absmax [ceil(B/256)], fp32 offset []), as
+    bitsandbytes' pure-torch kernel: full blocks times 1/absmax, a partial tail divided by it; ties go low."""
     offset = absmax.mean()
     centred = absmax - offset  # [B]
     n = centred.numel()
@@ -117,7 +102,7 @@ def quantize_nf4(weight: Tensor, double_quant: bool = False) -> QuantizedTensor:
     inv_absmax = absmax.clamp(min=1e-38).reciprocal()  # bitsandbytes multiplies full blocks by 1/absmax
     midpoints = _nf4_midpoints(weight.device).tolist()
     packed = torch.empty(numel // 2, dtype=torch.uint8, device=weight.device)
-    step = blocks.shape[0] if weight.is_cuda else max(1, _CHUNK_ELEMENTS // BLOCK)  # CPU: cache-sized chunks
+    step = blocks.shape[0] if weight.is_cuda else max(1, CHUNK_ELEMENTS // BLOCK)  # CPU: cache-sized chunks
     for b0 in range(0, blocks.shape[0], step):
         b1 = min(b0 + step, blocks.shape[0])
         normed = torch.clamp(blocks[b0:b1].to(torch.float32) * inv_absmax[b0:b1, None], -1, 1)  # [b1-b0, 64]

@@ -1,26 +1,19 @@
-"""NVFP4 with the numerics of compressed-tensors' NVFP4 scheme (min-max observer).
-
-dt is the weight dtype; every step mirrors the torch ops compressed-tensors runs, so the
-intermediate dt roundings are the same:
-  global scale  gs = fp32(dt(2688 / amax))       amax clamped to finfo(dt).tiny, non-finite -> 1.0
-  block scale   s  = fp8_e4m3(clamp(gs * dt(block_amax / 6), -448, 448)), 0 -> 0.125
-  codes         q  = E2M1_RNE(clamp(fp32(w) / fp32(s / gs), -6, 6)), 16-element blocks along K
-  dequant       w' = q * fp32(s / gs)
-Codes are packed two per byte, element 2j in the low nibble.
-"""
+"""NVFP4 with compressed-tensors' numerics (min-max observer); dt = the weight dtype, rounded where it rounds:
+  gs = fp32(dt(2688 / amax)); s = fp8_e4m3(clamp(gs * dt(block_amax / 6), ±448)), 0 -> 0.125;
+  q = E2M1_RNE(clamp(fp32(w) / fp32(s / gs), ±6)) per 16 along K (2j low nibble); w' = q * fp32(s / gs).
+Edge cases (amax clamps, non-finite gs): docs/quant.md, Library conventions."""
 
 import math
 
 import torch
 from torch import Tensor
 
-from rlx.quant.fp4 import E2M1_MAX, dequantize_rows, e2m1_encode, e2m1_lut, pack_low_first
+from rlx.quant.fp4 import CHUNK_ELEMENTS, E2M1_MAX, dequantize_rows, e2m1_encode, e2m1_lut, pack_low_first
 from rlx.quant.tensor import QuantizedTensor, check_finite, check_weight
 
 BLOCK = 16
 FP8_E4M3_MAX = 448.0
 ZERO_SCALE_REPLACEMENT = 0.125  # compressed-tensors replaces a zero fp8 scale by the fp8 "eps" 0.125
-_CHUNK_ELEMENTS = 1 << 22  # CPU chunk: bounds fp32 temporaries; few chunks = few thread syncs
 
 
 def nvfp4_global_scale(amax: Tensor) -> Tensor:
@@ -32,11 +25,8 @@ def nvfp4_global_scale(amax: Tensor) -> Tensor:
 
 
 def check_global_scale(global_scale, dtype: torch.dtype) -> Tensor:
-    """A caller's global scale as fp32 [1] (a Python number is taken as one), or ValueError naming it.
-
-    It must be finite and at least 2688 / finfo(dtype).max: a dequantized value is code * s / gs with
-    |code| <= 6 and s <= 448, so a smaller gs (1e-40, a subnormal) overflows to inf, and inf * 0 to NaN,
-    from finite weights. The scale computed from any finite weight (2688 / amax) is never that small."""
+    """A caller's global scale as fp32 [1] (a number is taken as one), or ValueError naming it. It must be finite
+    and >= 2688 / finfo(dtype).max, else code * s / gs overflows to inf (and inf * 0 to NaN) from finite weights."""
     if isinstance(global_scale, (int, float)) and not isinstance(global_scale, bool):
         global_scale = torch.tensor([float(global_scale)], dtype=torch.float32)
     if not isinstance(global_scale, Tensor):
@@ -84,7 +74,7 @@ def quantize_nvfp4(weight: Tensor, global_scale: Tensor | None = None) -> Quanti
     effective = scale / global_scale  # fp32 [N, K/16], what each code is multiplied by
 
     packed = torch.empty(n, k // 2, dtype=torch.uint8, device=weight.device)
-    rows = n if weight.is_cuda else max(1, _CHUNK_ELEMENTS // k)  # CPU: cache-sized chunks; GPU: one pass
+    rows = n if weight.is_cuda else max(1, CHUNK_ELEMENTS // k)  # CPU: cache-sized chunks; GPU: one pass
     for r0 in range(0, n, rows):
         scaled = blocks[r0 : r0 + rows] / effective[r0 : r0 + rows, :, None]  # fp32 [rows, K/16, 16]
         codes = e2m1_encode(scaled.reshape(-1, k), zero_sign="negative")  # [rows, K]

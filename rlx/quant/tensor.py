@@ -10,33 +10,22 @@ SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 @dataclass
 class QuantizedTensor:
-    """A quantized 2-D weight [N, K] (out_features, in_features).
-
-    packed:       uint8 [N, K/2], two 4-bit codes per byte (nibble order depends on the format)
-    scale:        per-block scales: nvfp4 fp8 e4m3 [N, K/16], mxfp4 uint8 e8m0 exponents [N, K/32],
-                  nf4 fp32 absmax [ceil(N*K/64)] over the flattened weight (uint8 codes with
-                  double quantization)
-    global_scale: nvfp4 only, fp32 [1], a divisor (compressed-tensors convention)
-    scale_absmax, scale_offset: nf4 double quantization only (fp32 absmax per 256 scales, fp32 [])
-    """
+    """A quantized 2-D weight [N, K] (out_features, in_features)."""
 
     fmt: str
-    packed: Tensor
+    packed: Tensor  # uint8 [N, K/2], two 4-bit codes per byte (nibble order depends on the format)
+    # per-block scales: nvfp4 fp8 e4m3 [N, K/16], mxfp4 uint8 e8m0 exponents [N, K/32], nf4 fp32 absmax
+    # [ceil(N*K/64)] over the flattened weight (uint8 codes with double quantization)
     scale: Tensor
     shape: torch.Size
     dtype: torch.dtype  # dtype of the weight that was quantized
-    global_scale: Tensor | None = None
-    scale_absmax: Tensor | None = None
-    scale_offset: Tensor | None = None
+    global_scale: Tensor | None = None  # nvfp4 only, fp32 [1], a divisor (compressed-tensors convention)
+    scale_absmax: Tensor | None = None  # nf4 double quantization only: fp32 absmax per 256 scales
+    scale_offset: Tensor | None = None  # nf4 double quantization only: fp32 []
 
     def tensors(self) -> dict[str, Tensor]:
         """The stored tensors by field name (None fields left out)."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Tensor):
-                out[f.name] = value
-        return out
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
 
     def nbytes(self) -> int:
         """Bytes held by the packed codes and all scales."""
@@ -48,10 +37,8 @@ class QuantizedTensor:
 
 
 def check_weight(weight: Tensor, fmt: str, multiple: int, reason: str | None = None) -> tuple[int, int]:
-    """Validate a weight for quantization; returns (N, K). Raises ValueError naming the problem.
-
-    K must be a multiple of `multiple` (the format's block size unless `reason` says otherwise).
-    """
+    """Validate a weight for quantization; returns (N, K), or ValueError naming the problem. K must be a multiple
+    of `multiple` (the format's block size unless `reason` says otherwise)."""
     if not isinstance(weight, Tensor):
         raise ValueError(f"{fmt}: expected a torch.Tensor, got {type(weight).__name__}")
     if weight.ndim != 2:

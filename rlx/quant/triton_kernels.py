@@ -1,17 +1,7 @@
-"""Triton fused dequantize + matmul for QuantLinear on GPU.
+"""Triton fused dequantize + matmul for QuantLinear on GPU (docs/quant.md, QuantLinear and kernels; docs/gpu.md).
 
-out[M, N] = x[M, K] @ W[N, K]^T (+ bias), W decoded tile by tile from the packed bytes:
-each byte holds elements 2j and 2j+1 of a row, so the kernel splits x into its even and
-odd columns and runs two dots per K tile, never materializing W. Weight values are computed
-exactly as the torch path does (fp32 code value * fp32 block scale, rounded once to x's
-dtype), so only the accumulation order differs. Tested on CPU with TRITON_INTERPRET=1; there the
-dots run on fp32-upcast operands (the interpreter's bf16 dot is wrong), which gives the same
-products since bf16/fp16 values are exact in fp32.
-
-Row offsets are int64 (row * row stride passes 2^31 elements on long batches or wide weights). Decode
-(M <= 16) on CUDA splits K over more programs (split_k_for) and sums the fp32 partials in torch, in a
-fixed order. Compiled ahead of time for sm_90 and sm_100 in tests/gpu_contract/test_triton_aot.py.
-"""
+out[M, N] = x[M, K] @ W[N, K]^T (+ bias): a packed byte holds elements 2j and 2j+1 of a row, so x splits into even
+and odd columns (two dots per K tile) and W is never materialized; W's values are the torch path's, bit for bit."""
 
 import functools
 import os
@@ -183,11 +173,8 @@ def _sm_count(device_index: int) -> int:
 
 
 def split_k_for(m: int, n: int, k: int, device: torch.device) -> int:
-    """How many K ranges a decode-sized call splits into: enough programs for about two per SM.
-
-    At decode (M <= 16) the grid has only ceil(N / 64) programs, e.g. 56 for N = 3584 on a 132-SM H100,
-    each streaming the whole K of its weight columns: most SMs idle while the weight read is the cost.
-    Splitting K gives every SM work. A heuristic, not tuned on a GPU (docs/gpu.md)."""
+    """How many K ranges a decode-sized call splits into: about two programs per SM, where ceil(N / 64) tiles alone
+    would leave most SMs idle. A heuristic, not tuned on a GPU (docs/gpu.md)."""
     if m > DECODE_ROWS or device.type != "cuda":
         return 1
     tiles = triton.cdiv(n, BLOCK_N)
@@ -198,9 +185,8 @@ def split_k_for(m: int, n: int, k: int, device: torch.device) -> int:
 
 
 def quant_matmul(x: Tensor, qt: QuantizedTensor, bias: Tensor | None = None, split_k: int | None = None) -> Tensor:
-    """x [..., K] -> [..., N] with the fused kernel (no autograd; see quant_linear).
-
-    split_k: K ranges summed afterwards in fp32 (None: split_k_for's choice; 1: one pass, no buffer)."""
+    """x [..., K] -> [..., N] with the fused kernel (no autograd: quant_linear). split_k: K ranges summed afterwards
+    in fp32 (None: split_k_for's choice; 1: one pass, no buffer)."""
     if triton is None:
         raise RuntimeError("triton is not importable")
     n, k = qt.shape
