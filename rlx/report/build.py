@@ -15,10 +15,6 @@ from rlx.run.records import Run, read_sweep
 from rlx.sweeps.points import scaling_config
 
 
-def layout_names() -> list[str]:
-    return specs.available()
-
-
 def load_spec(jobs: list[Run], layout: str | None = None, spec_file: Path | None = None) -> specs.ReportSpec:
     name, block = specs.find(jobs, layout, spec_file)
     spec = specs.parse(block, name, set(RUN_SECTIONS if block.get("kind") == "runs" else SECTIONS), set(INFER))
@@ -66,16 +62,13 @@ def build(root: str | Path, layout: str | None = None, plots: bool = True, base:
         if not ctx.done:
             lines += SECTIONS[name](ctx, **opts)
     lines += predictive_section(root)
-    pngs: list[Path] = []
+    pngs: list[Path | None] = []
     if plots:
         eval_key = scaling_config(jobs).metric if spec.scaling else "val/acc"
-        p = plot_curves(ctx.arms, root / "report_curves.png", spec.labels, eval_key)
-        if p is not None:
-            pngs.append(p)
+        pngs.append(plot_curves(ctx.arms, root / "report_curves.png", spec.labels, eval_key))
         if spec.scaling:
-            p = plot_scaling(arms, root / "report_scaling.png", spec.labels, scaling_config(jobs))
-            if p is not None:
-                pngs.append(p)
+            pngs.append(plot_scaling(arms, root / "report_scaling.png", spec.labels, scaling_config(jobs)))
+    pngs = [p for p in pngs if p is not None]
     if pngs:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs]
     lines += completions_section([j for js in ctx.arms.values() for j in js], root)

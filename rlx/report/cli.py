@@ -6,14 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from rlx.report.build import build, layout_names
+from rlx.report.build import build
+from rlx.report.spec import available
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlx.report",
                                      description="a sweep's results in its paper's layout, with the published numbers")
     parser.add_argument("sweep_dir", type=Path, help="a sweep directory (job directories at any depth)")
-    parser.add_argument("--layout", choices=layout_names(),
+    parser.add_argument("--layout", choices=available(),
                         help="the sweep or experiment whose report: block to use (default: the block the jobs' "
                              "configs carry, else the file named by their logger.group)")
     parser.add_argument("--spec", type=Path, default=None,

@@ -1,6 +1,5 @@
 """ScaleRL's method run by run: each run fitted on part of its compute and judged on the rest (`predictions`), and
-each run's full fit compared across arms over seeds (`seed_fits`); the pooled per-arm fit is rlx.report.scalerl's.
-"""
+each run's full fit compared across arms over seeds (`seed_fits`); the pooled per-arm fit is rlx.report.scalerl's."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from rlx.scaling.grouping import evaluations, pool
 
 def predictions(ctx, fractions: tuple = (0.5, "1/3"), metric: str | None = None, compute: str | None = None
                 ) -> list[str]:
-    """Per run: the sigmoid fitted on the first `fraction` of its compute (x = its scaling.compute, or `compute`),
-    the rest predicted, the last point's error and how many held-out points fall inside the bootstrap band."""
+    """Per run: the sigmoid fitted on the first `fraction` of its compute, the rest predicted against its band."""
     jobs = [j for js in ctx.arms.values() for j in js if j.ok]
     if not jobs:
         return []
@@ -79,9 +77,7 @@ def seed_fits(ctx, metric: str | None = None, compute: str | None = None, agains
            f"Each run's sigmoid on all its `{metric}` evaluations (R0 its step-0 evaluation); per arm the mean over "
            f"seeds with its 95% Student-t interval. An A at its grid edge is undetermined.", ""]
     out += md_table(["arm", "fitted seeds", "A [95% t]", "B [95% t]", "C_mid [95% t]", "note"], rows) + [""]
-    ref = against or list(ctx.arms)[-1]
-    out += _against(ctx, fits, ref) + notes
-    return out
+    return out + _against(ctx, fits, against or list(ctx.arms)[-1]) + notes
 
 
 def _against(ctx, fits: dict, ref: str) -> list[str]:

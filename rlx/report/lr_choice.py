@@ -139,9 +139,8 @@ def choice_reason(lrs: list[LrScore], best: LrScore, metric: str, last: int) -> 
 
 def select(jobs: list[Run], arm_of: Callable[[Run], str], metric: str = METRIC, last: int = LAST,
            arm_key: str | None = None, expected: dict[str, list[float]] | None = None) -> dict[str, Choice]:
-    """{arm: Choice} over `jobs` grouped by arm_of(job) and algo.lr (arms in first-seen order, then expected
-    arms no job has). arm_key: the sweep's arm axis, named by the stage-2 command. expected: {arm: lrs}
-    (expected_grid); an lr of it without a run is "not run", so an arm is not decided on part of its grid."""
+    """{arm: Choice} over `jobs` by arm_of(job) and algo.lr. arm_key: the arm axis the stage-2 command names.
+    expected: {arm: lrs} (expected_grid); an lr of it without a run is "not run", so its arm stays undecided."""
     grouped: dict[str, dict[float, LrScore]] = {}
     for j in jobs:
         lr = lr_of(j)
@@ -207,9 +206,8 @@ def stages(jobs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def at_chosen_lr(arms: dict[str, list[Run]], sweep: str) -> tuple[dict[str, list[Run]], dict]:
-    """({arm: the runs its tables count}, the choices) of a two-stage tuning sweep: stage 1's choice (or, in a
-    stage-2 directory alone, each arm's one lr); its stage-2 runs at that lr, else its stage-1 run; an arm
-    still undecided is left out (docs/sweeps.md, "Two-stage tuning")."""
+    """({arm: the runs its tables count}, the choices) of a two-stage tuning sweep; an undecided arm is left out
+    (docs/sweeps.md, "Two-stage tuning")."""
     jobs = [j for js in arms.values() for j in js]
     first, second = stages(jobs)
     if first:

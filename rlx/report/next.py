@@ -100,8 +100,7 @@ def per_seed_reach_table(arms: dict[str, list[Run]], labels: dict[str, str], key
 
 
 def step_savings(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> tuple[list[float], int]:
-    """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long) (docs/sweeps.md, `smollm2_next`); a seed
-    whose `arm` never reaches plain RL at 1.6N's final `key` gives no saving (censored)."""
+    """(per-seed saving %, seeds compared): 100 x (1 - s_arm / s_long), censored (docs/sweeps.md, `smollm2_next`)."""
     long, mine = ({s: j for s, j in one_per_seed(arms.get(a, []), a).items() if j.series(key)[1].size}
                   for a in ("none_long", arm))
     savings, compared = [], 0
@@ -117,17 +116,15 @@ def step_savings(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> 
 def paired_tables(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[str]:
     """NExt's claim seed by seed: final accuracy differences with their t-intervals, and the steps saved."""
     nexts = [a for a in arms if a.startswith("next")]
+    claims = [(a, ref, claim) for a in nexts for ref, claim in (
+        ("none_long", "NExt at N >= plain RL at 1.6N (the paper's claim)"),
+        ("none_n", "NExt at N > plain RL at N (the jump helps at equal steps)"))]
     rows = []
-    for a in nexts:
-        for ref, claim in (("none_long", "NExt at N >= plain RL at 1.6N (the paper's claim)"),
-                           ("none_n", "NExt at N > plain RL at N (the jump helps at equal steps)")):
-            diffs = paired_by_seed(arms, a, ref, acc_points)
-            rows.append([claim, f"{labels.get(a, a)} - {labels.get(ref, ref)}", paired_cell(diffs, "{:+.1f}"),
-                         seed_verdict(diffs)])
-    diffs = paired_by_seed(arms, "none_long", "none_n", acc_points)
-    rows.append(["the extra 0.6N steps help plain RL (else the claim is empty)",
-                 f"{labels.get('none_long', 'none_long')} - {labels.get('none_n', 'none_n')}",
-                 paired_cell(diffs, "{:+.1f}"), seed_verdict(diffs)])
+    claims.append(("none_long", "none_n", "the extra 0.6N steps help plain RL (else the claim is empty)"))
+    for a, ref, claim in claims:
+        diffs = paired_by_seed(arms, a, ref, acc_points)
+        rows.append([claim, f"{labels.get(a, a)} - {labels.get(ref, ref)}", paired_cell(diffs, "{:+.1f}"),
+                     seed_verdict(diffs)])
     saved = []
     # plain RL at N first: the control. If it too reaches 1.6N's final accuracy by step N, a saving is not NExt's
     for a in (["none_n"] if "none_n" in arms else []) + nexts:
@@ -155,8 +152,7 @@ def paired_tables(arms: dict[str, list[Run]], labels: dict[str, str]) -> list[st
 
 
 def jump_effects(arms: dict[str, list[Run]], arm: str, key: str = "val/acc") -> list[tuple[object, bool, float]]:
-    """Per seed: (seed, same before the jump, `arm` - plain RL at N in points at the jump step); where the earlier
-    evaluations agree the difference is the jump's alone (seeds without a jump-step evaluation left out)."""
+    """Per seed: (seed, same before the jump, `arm` - plain RL at N in points at the jump step: the jump's effect)."""
     plain = {**one_per_seed(arms.get("none_long", []), "none_long"), **one_per_seed(arms.get("none_n", []), "none_n")}
     out = []
     for seed, run in sorted(one_per_seed(arms.get(arm, []), arm).items(), key=lambda kv: str(kv[0])):

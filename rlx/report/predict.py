@@ -23,9 +23,8 @@ def run_scaling(run: Run, fraction: float = FIT_FRACTION):
 
 def predictability(run: Run, metric: str, compute: str | None = None, fraction: float = FIT_FRACTION
                    ) -> tuple[dict, tuple | None]:
-    """Fit the sigmoid to `metric` on the first `fraction` of the run's compute (x = perf/compute/<compute>; R0 = the
-    step-0 evaluation) and predict the rest: (the JSON row, (x, y, fit) or None; the row then says why).
-    train/reward/mean has no compute counter: x = step - 1, so R0 is step 1's reward."""
+    """(the JSON row, (x, y, fit) or None): the sigmoid fitted on the first `fraction` of the run's compute, the rest
+    predicted; the row says why there is no fit. The training reward's x is step - 1 (R0: step 1's reward)."""
     cfg = run_scaling(run, fraction)
     train = metric == TRAIN_REWARD
     cfg = dataclasses.replace(cfg, metric=metric, compute="steps" if train else (compute or cfg.compute))
@@ -98,8 +97,7 @@ def step_list(steps: list[int]) -> str:
 
 
 def fit_row(r: dict) -> list[str]:
-    first = step_list(r["fit_steps"])
-    head = [str(r["seed"]), first]
+    head = [str(r["seed"]), step_list(r["fit_steps"])]
     if r["fit"] is None:
         return head + [f"no fit: {r['reason']}"] + ["–"] * 7
     f, last = r["fit"], r["heldout"][-1]

@@ -34,10 +34,6 @@ def rl_step_seconds(j: Run) -> float | None:
     return float(np.mean([t - evals.get(s, 0.0) for s, t in zip(at.tolist(), total.tolist())]))
 
 
-def _eval_steps(jobs: list[Run]) -> list[int]:
-    return sorted({int(s) for j in jobs for s in j.series("val/acc")[0].tolist()})
-
-
 def _count(acc: float | None, n: int | None) -> str:
     if acc is None:
         return "–"
@@ -52,7 +48,7 @@ def pretrained_tables(arms: dict[str, list[Run]], jobs: list[Run], heading: str 
            "95% t-interval. s / RL step is the mean wall time of an RL step (generation + update + weight sync; "
            "evaluations excluded).", ""]
     for arm, runs in arms.items():
-        steps = _eval_steps(runs)
+        steps = sorted({int(s) for j in runs for s in j.series("val/acc")[0].tolist()})
         n = runs[0].get("task.n_eval") if runs else None
         header = ["seed"] + [f"val/acc step {s} (%)" for s in steps] + [
             "train reward, first / last 5 steps", "s / RL step", "RL steps / min", "wall s"]

@@ -1,7 +1,5 @@
-"""Per-problem files of a run's evaluations (RUN/eval/step_N/completions.jsonl, rlx-eval's format), read in the
-three readings of the same greedy completions (rlx.tasks.answers.readings, docs/eval.md): the task's own verdict (`val/acc`,
-the stated-number rule its rewards pay), lm-eval's GSM8K `strict-match` and `flexible-extract`; and one run's start
-(step 0) against its end, paired problem by problem (rlx.eval.paired)."""
+"""Per-problem files of a run's evaluations (RUN/eval/step_N/completions.jsonl) in three readings (the task's, lm-eval's
+strict-match and flexible-extract: docs/eval.md), and a run's start against its end, paired by problem."""
 
 from __future__ import annotations
 
@@ -81,8 +79,7 @@ def logged(run: Run, key: str, step: int) -> float | None:
 
 
 def eval_size(run: Run) -> int | None:
-    """Held-out problems per evaluation from the config: task.n_eval, or (n_eval 0: all) the carved-out
-    task.holdout slice when there is no eval file; None when the config does not say."""
+    """Held-out problems per evaluation: task.n_eval, or with n_eval 0 and no eval file task.holdout; else None."""
     n = run.get("task.n_eval")
     if isinstance(n, int) and n > 0:
         return n

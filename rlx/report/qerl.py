@@ -33,16 +33,13 @@ def infer_qerl(j: Run) -> str:
 def qerl_tables(arms: dict[str, list[Run]], jobs: list[Run], order: list[str], row: str = "rlx tiny (this sweep)",
                 sixteen_bit: str = "the unquantized base (fp32 for the tiny model)", full_ft: bool = False,
                 pairs: tuple = None) -> list[str]:
-    """Table 1 over the arms in `order` and their formats' base columns beside the paper's rows (full_ft: its full
-    fine-tuning column, not run by rlx); then the entropy table, the paired arms (`pairs`) and AQN's windows."""
+    """Table 1 beside the paper's rows (full_ft: its full fine-tuning column), the entropy, pairs and AQN tables."""
     paper = papers()["qerl"]
     labels = paper["labels"]
     # a "no RL" row is the step-0 evaluation (identical to val/acc when train.steps=0); when the sweep
     # has no base arm for a format, the step-0 evaluations of that format's LoRA runs give the same number
-    base_of = {}
-    for fmt in FORMATS:
-        src = arms.get(f"base_{fmt}") or arms.get(f"lora_{fmt}") or arms.get(f"lora_{fmt}_aqn") or []
-        base_of[fmt] = (src, f"base_{fmt}" in arms)
+    base_of = {fmt: (arms.get(f"base_{fmt}") or arms.get(f"lora_{fmt}") or arms.get(f"lora_{fmt}_aqn") or [],
+                     f"base_{fmt}" in arms) for fmt in FORMATS}
     lora = [a for a in order if not a.startswith("base_")]
     bases = [a for a in order if a.startswith("base_")] or list(dict.fromkeys(f"base_{base_format(a)}" for a in lora))
     cols = bases + (["full_ft"] if full_ft else []) + lora
@@ -91,8 +88,7 @@ def exploration_table(arms: dict[str, list[Run]], labels: dict[str, str]) -> lis
 
 
 def noise_windows(steps: int) -> list[tuple[str, int, int]]:
-    """(name, first step, last step) of the windows AQN is judged on in a run of N steps: 0.1N+1 .. 0.3N, where its
-    noise is largest (docs/sweeps.md), the rest of the run, every step."""
+    """(name, first step, last step) of AQN's windows in N steps: 0.1N+1 .. 0.3N (its largest noise), the rest, all."""
     lo, hi = steps // 10 + 1, (3 * steps) // 10
     return [(f"entropy {lo}-{hi}", lo, hi), (f"entropy {hi + 1}-{steps}", hi + 1, steps), (f"entropy 1-{steps}", 1, steps)]
 
@@ -191,5 +187,4 @@ def speed_tables(arms: dict[str, list[Run]], jobs: list[Run]) -> list[str]:
     out += ["", "Paper (QeRL, rollout tokens/s, 16-bit LoRA -> NVFP4 LoRA; vLLM on one GPU):", ""]
     speedup = lambda old, new: f"{old} -> {new} (x{new / old:.2f})"  # noqa: E731
     prow = [[m, speedup(*v[2]), speedup(*v[8])] for m, v in papers()["qerl"]["speed"].items()]
-    out += md_table(["model", "batch 2", "batch 8"], prow)
-    return out
+    return out + md_table(["model", "batch 2", "batch 8"], prow)

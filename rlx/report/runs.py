@@ -1,7 +1,5 @@
-"""A report of kind `runs`: one run directory per seed, no sweep file (conf/experiment/smollm2_gsm8k.yaml's): the
-start and end in three readings, per seed and over seeds, the constant-guess baseline, the curves and ScaleRL's
-predictability, as the `report:` block's sections choose (docs/sweeps.md, "The report": `kind: runs`, `--base`).
-"""
+"""A report of kind `runs`: one run directory per seed, no sweep file (conf/experiment/smollm2_gsm8k.yaml's), in the
+sections its `report:` block chooses (docs/sweeps.md, "The report": `kind: runs`, `--base`)."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ from rlx.run.records import Run
 
 
 def guess_section(counted: list[RunResult], doc: dict) -> list[str]:
-    """What answering the most common gold everywhere scores, and each per-problem file's most common answer and
-    accuracy without that gold; nothing when no file records golds (rlx.eval.guess)."""
+    """What answering the most common gold everywhere scores, and each file's most common answer (rlx.eval.guess)."""
     from rlx.eval.guess import best_constant, spreads_of_rows
 
     files = [(r, side, f) for r in counted for side, f in (("start", r.start_file), ("end", r.end_file))
@@ -131,8 +128,8 @@ class RunsContext:
     fraction: float = FIT_FRACTION
 
 
-def header(ctx: RunsContext, spec_title: str) -> list[str]:
-    results, counted = ctx.doc["_results"], ctx.counted
+def header(ctx: RunsContext, spec_title: str, results: list[RunResult]) -> list[str]:
+    counted = ctx.counted
     seeds = [r.run.seed for r in counted]
     lines = [f"# {title(spec_title, ctx.jobs)}: `{ctx.root}`", "",
              f"{len(ctx.jobs)} run directories; {len(counted)} counted (a step-0 evaluation and at least one after "
@@ -223,8 +220,7 @@ def _fit_table(ctx: RunsContext, metric: str, compute: str | None = None) -> lis
 def predictability_section(ctx: RunsContext, metrics: tuple = ("val/flexible-extract", "val/acc"),
                            fraction: float = FIT_FRACTION, steps_too: bool = True,
                            train_reward: bool = True) -> list[str]:
-    """ScaleRL's predictability per run: each reading in `metrics` fitted on the first `fraction` of the run's
-    compute (and of its RL steps: `steps_too`; of the training reward: `train_reward`), the rest predicted."""
+    """ScaleRL's predictability: each reading in `metrics` (and the training reward) fitted on part of each run."""
     if not ctx.counted:
         return []
     ctx.fraction, ctx.fit_metric = float(fraction), metrics[0]
@@ -277,17 +273,14 @@ def runs_report(root: Path, jobs: list[Run], spec, plots: bool = True, base: str
     results = [analyse_run(j, base_file) for j in jobs]
     doc: dict = {"layout": spec.name, "root": str(root), "base": None if base_file is None else str(base_file.path),
                  "runs": [run_doc(r) for r in results if r.counted], "over_seeds": {}, "predictability": [],
-                 "pngs": [], "_results": results}
+                 "pngs": []}
     ctx = RunsContext(Path(root), jobs, [r for r in results if r.counted], base_file, doc)
-    lines = header(ctx, spec.title)
-    del doc["_results"]
+    lines = header(ctx, spec.title, results)
     for name, opts in spec.sections:
         lines += RUN_SECTIONS[name](ctx, **opts)
     pngs: list[Path] = []
     if plots and ctx.counted:
-        p = plot_gsm8k(ctx.counted, ctx.root / "report_curves.png")
-        if p is not None:
-            pngs.append(p)
+        pngs += [p for p in [plot_gsm8k(ctx.counted, ctx.root / "report_curves.png")] if p is not None]
         if ctx.fitted:
             from rlx.scaling.plot import Curve, save_curves
 

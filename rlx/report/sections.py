@@ -1,6 +1,5 @@
 """The kinds of section a `report:` block can declare (rlx.report.spec), and the ways a job's arm is read. A section
-takes the context and its options and returns markdown lines; `lr_choice` narrows what the later ones count.
-"""
+takes the context and its options and returns markdown lines; `lr_choice` narrows what the later ones count."""
 
 from __future__ import annotations
 
@@ -75,8 +74,7 @@ def value_of(name: str):
 
 
 def claims(ctx: Context, rows: list[dict]) -> list[str]:
-    """Each claim as a paired difference over seeds (arm - against) with its verdict, accuracy also without the
-    most common gold."""
+    """Each claim as a paired difference over seeds with its verdict (accuracy also without the top gold)."""
     labels, out = ctx.spec.labels, []
     for r in rows:
         a, b, fmt = r["arm"], r["against"], r.get("format", "{:+.1f}")

@@ -1,8 +1,6 @@
 """Each arm's learning rate, chosen on the training side of a tuning sweep (stage 1 of
-sweeps/smollm2_qerl_tuned.yaml): `python -m rlx.report.select_lr STAGE1_DIR [--metric KEY] [--last N]`
-(console: rlx-select-lr; the rule: rlx.report.lr_choice, docs/sweeps.md). Prints each arm's per-lr numbers, the
-choice and why, and the stage-2 command; exit status 1 while an arm is undecided.
-"""
+sweeps/smollm2_qerl_tuned.yaml): `python -m rlx.report.select_lr STAGE1_DIR` (rlx-select-lr; docs/sweeps.md, "Two-stage
+tuning"). Prints the choices and the stage-2 command; exit status 1 while an arm is undecided."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A report as its sweep declares it: the `report:` block of sweeps/<name>.yaml or conf/experiment/<name>.yaml,
-validated before anything is read; the jobs' configs carry it too (docs/sweeps.md, "The report": the format).
-"""
+validated before anything is read; the jobs' configs carry it too (docs/sweeps.md, "The report": the format)."""
 
 from __future__ import annotations
 
@@ -94,14 +93,6 @@ def labels_of(value, where: str) -> dict[str, str]:
     raise ValueError(f"{where}: labels must be a mapping or 'paper:<name>', got {value!r}")
 
 
-def declared_file(name: str) -> Path | None:
-    """The checkout's file that declares report `name`: sweeps/<name>.yaml, else conf/experiment/<name>.yaml."""
-    for path in (SWEEPS_DIR / f"{name}.yaml", CONF_DIR / "experiment" / f"{name}.yaml"):
-        if path.is_file():
-            return path
-    return None
-
-
 def block_in(path: Path) -> dict:
     block = (yaml.safe_load(path.read_text()) or {}).get("report")
     if block is None:
@@ -133,5 +124,5 @@ def find(jobs: list[Run], name: str | None = None, spec_file: Path | None = None
         name = known[0]
     if name not in names:
         raise ValueError(f"unknown layout {name!r}; choose one of {', '.join(names)}")
-    path = declared_file(name)
-    return name, block_in(path)
+    path = SWEEPS_DIR / f"{name}.yaml"  # the sweep file, else the experiment's
+    return name, block_in(path if path.is_file() else CONF_DIR / "experiment" / f"{name}.yaml")

@@ -121,12 +121,8 @@ def one_per_seed(runs: list, arm: str) -> dict:
 def paired_by_seed(arms: dict, a: str, b: str, value) -> list[float]:
     """value(a's run) - value(b's run) for every seed both arms finished (by seed); None or non-finite: skipped."""
     left, right = one_per_seed(arms.get(a, []), a), one_per_seed(arms.get(b, []), b)
-    out = []
-    for seed in sorted(set(left) & set(right), key=str):
-        x, y = value(left[seed]), value(right[seed])
-        if x is not None and y is not None and math.isfinite(x - y):
-            out.append(x - y)
-    return out
+    pairs = [(value(left[seed]), value(right[seed])) for seed in sorted(set(left) & set(right), key=str)]
+    return [x - y for x, y in pairs if x is not None and y is not None and math.isfinite(x - y)]
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -170,12 +166,8 @@ def pct(v) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
-TRIPWIRE_COLUMN = "hack % unstated / hedged / copy / guess"
-
-
 def tripwire_cell(j: Run) -> str:
-    """'unstated / hedged / copy / guess': each hack tripwire's largest moving mean over the run, in %
-    (rlx.tasks.tripwires.run_maxima), bold past the threshold train.log warns at."""
+    """'unstated / hedged / copy / guess': each tripwire's run maximum in %, bold past its train.log threshold."""
     from rlx.tasks.tripwires import HACKS, THRESHOLDS, run_maxima
 
     top = run_maxima(j.records)
@@ -232,8 +224,7 @@ def answers_cells(j: Run) -> list[str]:
 
 
 def beyond_points(j: Run) -> float | None:
-    """Final accuracy in points on the problems whose gold is not the set's most common (mean over sets); None
-    without the final evaluation's per-problem file (rlx.eval.guess)."""
+    """Final accuracy in points without the set's most common gold (mean over sets); None without its file."""
     found = last_eval_spread(j)
     if not found or not j.ok:
         return None
@@ -272,7 +263,7 @@ def runs_table(jobs: list[Run]) -> list[str]:
                      f"{j.summary['wall_s']:.0f}" if j.summary.get("wall_s") is not None else "–",
                      j.error[:120]])
     header = ["job", "arm", "seed", "status", "steps", "val/acc base %", "val/acc %",
-              *([TRIPWIRE_COLUMN] if tripwires else []),
+              *(["hack % unstated / hedged / copy / guess"] if tripwires else []),
               *(["most common answer", "acc % without the most common gold"] if spread else []), "wall s", "error"]
     return (md_table(header, rows) + (["", tripwire_note()] if tripwires else [])
             + (["", answers_note()] if spread else []))
