@@ -1,7 +1,5 @@
-"""Compute -> reward scaling curves (ScaleRL) from run logs alone, never importing torch: fits, bootstrap intervals,
-comparison (docs/scaling.md: the files, `rlx-fit`, `rlx-compare`, the notebook API). Names are imported lazily,
-so `rlx.config` (which imports `rlx.scaling.config`) does not pay for scipy and matplotlib.
-"""
+"""Compute -> reward scaling curves (ScaleRL) from run logs alone, never importing torch (docs/scaling.md). Names are
+imported lazily, so `rlx.config` (which imports `rlx.scaling.config`) does not pay for scipy and matplotlib."""
 
 from importlib import import_module
 

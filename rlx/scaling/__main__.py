@@ -1,7 +1,5 @@
-"""Command line of rlx.scaling (docs/scaling.md, "Commands"): `python -m rlx.scaling fit RUN_DIR...` (rlx-fit) fits
-each run's curve; `python -m rlx.scaling compare SWEEP_DIR` (rlx-compare) compares a sweep's recipes by ScaleRL's rule.
-Every fit option defaults to the runs' own `scaling.*` config, else the schema default.
-"""
+"""Command line of rlx.scaling (docs/scaling.md, "Commands"): `fit RUN_DIR...` (rlx-fit), `compare SWEEP_DIR`
+(rlx-compare). Every fit option defaults to the runs' own `scaling.*` config, else the schema default."""
 
 from __future__ import annotations
 
@@ -88,15 +86,6 @@ def format_fit(name: str, fit: CurveFit, report: dict, metric: str, unit: str) -
     return "\n".join(lines)
 
 
-def _labels(runs: list[Run]) -> dict[str, str]:
-    """Legend labels: recipe (what differs in the configs) plus seed; the directory when that is ambiguous."""
-    root = Path(os.path.commonpath([str(r.path) for r in runs])) if len(runs) > 1 else runs[0].path.parent
-    labels = {str(r.path): run_label(r, recipe, root) for recipe, rs in group_by_recipe(runs, root).items() for r in rs}
-    if len(set(labels.values())) < len(labels):
-        labels = {str(r.path): str(r.path) for r in runs}
-    return labels
-
-
 def fit_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlx-fit", description="Fit each run's reward-vs-compute curve; print, plot.")
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run or sweep directories")
@@ -130,7 +119,11 @@ def fit_main(argv: list[str] | None = None) -> int:
         print(format_fit(name, fit, reports[name], cfg.metric, cfg.compute) + "\n")
 
     out = args.out or (runs[0].path / "scaling_fit.png" if len(runs) == 1 else Path("scaling_fit.png"))
-    labels = _labels(runs)
+    # legend labels: recipe (what differs in the configs) plus seed; the directory when that is ambiguous
+    root = Path(os.path.commonpath([str(r.path) for r in runs])) if len(runs) > 1 else runs[0].path.parent
+    labels = {str(r.path): run_label(r, recipe, root) for recipe, rs in group_by_recipe(runs, root).items() for r in rs}
+    if len(set(labels.values())) < len(labels):
+        labels = {str(r.path): str(r.path) for r in runs}
     curves = [Curve(labels[n], s.compute, s.reward, fitted.get(n)) for n, s in series.items()]
     save_curves(out, curves, cfg.compute, cfg.metric, target, title=f"{cfg.fit} fits of {cfg.metric} vs {cfg.compute}")
     out.with_suffix(".json").write_text(json.dumps({"reports": reports, "target_compute": target}, indent=2))

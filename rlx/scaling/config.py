@@ -1,7 +1,5 @@
 """The scaling options (schema `scaling.*`), their validation, and the one mapping from options to fitter arguments.
-
-Imported by rlx.config, so it imports no scipy, numpy or matplotlib.
-"""
+Imported by rlx.config, so it imports no scipy, numpy or matplotlib."""
 
 
 import dataclasses
@@ -13,11 +11,7 @@ FIT_KINDS = ("sigmoid", "power")  # scaling.fit, besides "none"
 
 @dataclass
 class ScalingConfig:
-    """Compute->reward curve fits (ScaleRL), from a run's metrics.jsonl alone.
-
-    `fit`: none | sigmoid | power. `compute`: the x axis, read from `perf/compute/<compute>` next to
-    each evaluation: gpu_hours | flops | tokens | steps.
-    """
+    """Compute->reward curve fits (ScaleRL) from a run's metrics.jsonl; x: `perf/compute/<compute>`."""
 
     fit: str = field(default="none", metadata={
         "help": "none | sigmoid | power: fit reward against compute at the end of a run"})

@@ -1,6 +1,5 @@
 """Curves and fit results: the two families, the fitted-result types (prediction, bootstrap band), and the numerics
-every fit shares: input checks, bootstrap weights and intervals, the batched Levenberg-Marquardt polish.
-"""
+every fit shares: input checks, bootstrap weights and intervals, the batched Levenberg-Marquardt polish."""
 
 from __future__ import annotations
 
@@ -228,9 +227,8 @@ def levenberg_marquardt(model: Model, theta: np.ndarray, y: np.ndarray, weights:
 
 def polish_keep_a_on_grid(model: Model, theta0: np.ndarray, y: np.ndarray, weights: np.ndarray, lo, hi,
                           a_grid: tuple[float, float, float], a_fixed: bool) -> np.ndarray:
-    """Polish grid winners theta0 [K, p] (A first) keeping A on the grid (a_lo, a_hi, a_step). Returns [K, p].
-    A and the curve's location trade off, so a grid alone can pick the wrong A: fit A continuously to find the
-    valley floor, refit the rest with A at each grid neighbour of it and at the start, keep the best."""
+    """Polish grid winners theta0 [K, p] (A first) keeping A on the grid (a_lo, a_hi, a_step): A fitted freely finds
+    the valley floor, then the rest is refitted at A's grid neighbours and at the start (docs/scaling.md)."""
     free_all = np.ones(theta0.shape[1], bool)
     free_rest = free_all.copy()
     free_rest[0] = False

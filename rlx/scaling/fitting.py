@@ -1,10 +1,8 @@
 """The fitters: ScaleRL's sigmoid and the power law, each an exact vectorised grid search polished off the grid
 (docs/scaling.md, "How the fit works"), and `fit_points`, the one place that turns a ScalingConfig into a fit.
-
 Sigmoid: for fixed (C_mid, B) the curve is R0 + a * S (S = expit(B log(C / C_mid)), a = A - R0), so the squared
 error sum(d^2) - 2 a sum(d S) + a^2 sum(S^2) (d = reward - R0) is a quadratic whose best grid A is the grid value
-nearest sum(d S) / sum(S^2). Every bootstrap resample is a weight vector over the points: one pass for all.
-"""
+nearest sum(d S) / sum(S^2). Every bootstrap resample is a weight vector over the points: one pass for all."""
 
 from __future__ import annotations
 
@@ -24,9 +22,8 @@ from rlx.scaling.curves import (
 
 @dataclass(frozen=True)
 class FitOptions:
-    """The options both fitters take as keywords (`fitter_options` fills them from a ScalingConfig, whose fields
-    say what they mean). n_b: log-grid values of B. polish: refine the grid winner off the grid, A kept on it.
-    flat_alpha: the F-test level against a constant reward below which the curve is flat (0: no test)."""
+    """The fitters' keyword options (ScalingConfig's fields say what they mean). n_b: log-grid values of B. polish:
+    refine the grid winner, A kept on its grid. flat_alpha: the F-test level of a flat curve (0: no test)."""
 
     exclude_before: float = 0.0
     exclude_fraction: float = 0.0
@@ -56,17 +53,20 @@ def initial_reward(compute: np.ndarray, reward: np.ndarray) -> float:
 def fit_sigmoid(compute, reward, r0: float | None = None, *, A: float | None = None, n_cmid: int = 100,
                 cmid_range: tuple[float, float] | None = None, b_range: tuple[float, float] = (0.1, 10.0),
                 **options) -> SigmoidFit:
-    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations (compute [N], reward [N]).
-
-    r0: the reward at zero compute (default: mean of the evaluations at compute 0); zero-compute points are
-    left out of the fit. A: hold the asymptote fixed (ScaleRL's comparison refit). cmid_range defaults to
-    [min fitted compute / 10, max fitted compute * 100]. The other options are the fields of `FitOptions`.
-    Raises ValueError on NaN/inf, too few points, a flat curve or a bad option.
-    """
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) to evaluations (compute [N], reward [N]) but zero compute.
+    r0: default the mean reward at compute 0. A: the asymptote held fixed (ScaleRL's refit). cmid_range: default
+    [min compute / 10, max compute * 100]. Other options: `FitOptions`. Bad input raises ValueError."""
     o = FitOptions(**options)
     c_all, y_all = as_points(compute, reward)
     R0 = initial_reward(c_all, y_all) if r0 is None else float(r0)
-    _check_grid_inputs(R0, r0, A, o, n_cmid, b_range)
+    if not np.isfinite(R0):
+        raise ValueError(f"r0 must be finite, got {r0}")
+    if o.a_step <= 0 or o.a_range[0] > o.a_range[1]:
+        raise ValueError(f"bad A grid: step {o.a_step}, range {o.a_range}")
+    if A is not None and not np.isfinite(A):
+        raise ValueError(f"fixed A must be finite, got {A}")
+    if n_cmid < 2 or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
+        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={o.n_b}, b_range={b_range}")
     n_params = 2 if A is not None else 3
     c, y, _ = fit_window(c_all, y_all, o.exclude_before, o.exclude_fraction, o.min_points, n_params)
     check_not_flat(y, R0)
@@ -98,17 +98,6 @@ def fit_sigmoid(compute, reward, r0: float | None = None, *, A: float | None = N
         fit.samples = np.column_stack([thetas[:, 0], thetas[:, 1], np.exp(thetas[:, 2])])  # [n_boot, 3]
         fit.intervals = percentile_intervals(fit.samples, SigmoidFit.param_names, o.confidence)
     return fit
-
-
-def _check_grid_inputs(R0: float, r0, A, o: FitOptions, n_cmid: int, b_range: tuple[float, float]) -> None:
-    if not np.isfinite(R0):
-        raise ValueError(f"r0 must be finite, got {r0}")
-    if o.a_step <= 0 or o.a_range[0] > o.a_range[1]:
-        raise ValueError(f"bad A grid: step {o.a_step}, range {o.a_range}")
-    if A is not None and not np.isfinite(A):
-        raise ValueError(f"fixed A must be finite, got {A}")
-    if n_cmid < 2 or o.n_b < 2 or not 0 < b_range[0] < b_range[1]:
-        raise ValueError(f"bad grid: n_cmid={n_cmid}, n_b={o.n_b}, b_range={b_range}")
 
 
 def _make_grid(c: np.ndarray, A, o: FitOptions, n_cmid: int, cmid_range, b_range) -> tuple[_Grid, float]:
@@ -273,9 +262,8 @@ FITTERS = {"sigmoid": fit_sigmoid, "power": fit_power}  # scaling.fit -> fitter;
 
 def fit_points(compute, reward, cfg: ScalingConfig, kind: str | None = None, r0: float | None = None,
                **overrides) -> CurveFit:
-    """Fit evaluations with the config's options; points beyond fit_fraction * max compute are held out.
-    r0: the sigmoid's fixed R0 (default: the reward of the zero-compute evaluations among the points).
-    overrides: extra fitter arguments (e.g. A= for ScaleRL's refit at a common asymptote)."""
+    """Fit evaluations with the config's options, holding out points beyond fit_fraction * max compute. r0: the
+    sigmoid's R0 (default: from the zero-compute points); overrides: extra fitter arguments (A= for a refit)."""
     kind = kind or cfg.fit
     if kind not in FITTERS:
         raise ValueError(f"nothing to fit with scaling.fit={kind!r}; choose one of {', '.join(FITTERS)}")

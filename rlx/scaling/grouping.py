@@ -1,6 +1,5 @@
 """Run grouping: a run's evaluations against compute, seeds pooled, runs grouped into recipes; and `fit_run`,
-the training loop's end-of-run fit of one run (writes scaling_fit.{json,png} into it).
-"""
+the training loop's end-of-run fit of one run (writes scaling_fit.{json,png} into it)."""
 
 from __future__ import annotations
 
@@ -13,17 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from rlx.run.records import Run, read_run
-from rlx.scaling.config import COMPUTE_UNITS, ScalingConfig, as_config
+from rlx.scaling.config import COMPUTE_UNITS, as_config
 from rlx.scaling.curves import CurveFit
 from rlx.scaling.fitting import fit_points, target_compute
 
 FIT_JSON, FIT_PNG = "scaling_fit.json", "scaling_fit.png"
-
-
-def compute_key(unit: str) -> str:
-    if unit not in COMPUTE_UNITS:
-        raise ValueError(f"unknown compute unit {unit!r}; choose one of {', '.join(COMPUTE_UNITS)}")
-    return f"perf/compute/{unit}"
 
 
 @dataclass
@@ -45,7 +38,9 @@ class Series:
 
 def evaluations(run: Run, metric: str, unit: str) -> Series:
     """The run's evaluations of `metric` with their cumulative compute; duplicate steps (a resumed run) keep the last."""
-    key = compute_key(unit)
+    if unit not in COMPUTE_UNITS:
+        raise ValueError(f"unknown compute unit {unit!r}; choose one of {', '.join(COMPUTE_UNITS)}")
+    key = f"perf/compute/{unit}"
     by_step = {int(r["step"]): r for r in run.records if metric in r}
     if not by_step:
         raise ValueError(f"{run.path}: no evaluation logs {metric!r} in metrics.jsonl")
@@ -72,8 +67,7 @@ def _number(v) -> float:
 
 
 def pool(series: list[Series]) -> tuple[np.ndarray, np.ndarray, float | None]:
-    """(compute [N], reward [N], R0): every run's evaluations after step 0, and R0 = the mean step-0 reward (None
-    without one), whatever compute step 0 carries (docs/scaling.md)."""
+    """(compute [N], reward [N], R0): every run's evaluations after step 0, R0 their mean step-0 reward or None."""
     r0s = [s.r0 for s in series if s.r0 is not None]
     keep = [s.step > 0 if s.r0 is not None else np.ones(len(s), bool) for s in series]
     compute = np.concatenate([s.compute[k] for s, k in zip(series, keep)]) if series else np.zeros(0)
@@ -172,9 +166,8 @@ def fit_report(fit: CurveFit, compute: np.ndarray, reward: np.ndarray, target: f
 
 
 def fit_run(run_dir: str | Path, cfg) -> dict[str, float]:
-    """Fit the run's `cfg.metric` against `perf/compute/<cfg.compute>`; write scaling_fit.{json,png} into it.
-    Returns fit_report's floats ("scaling/A", "scaling/<p>_lo|_hi", "scaling/pred_at_target", ...); a ValueError
-    when there is nothing to fit (scaling.fit=none, too few points, flat curve, NaN)."""
+    """Fit the run's `cfg.metric` against `perf/compute/<cfg.compute>`, write scaling_fit.{json,png} into it and
+    return fit_report's floats; a ValueError when there is nothing to fit."""
     cfg = as_config(cfg)
     if cfg.fit == "none":
         raise ValueError("scaling.fit is 'none': nothing to fit")
@@ -186,20 +179,12 @@ def fit_run(run_dir: str | Path, cfg) -> dict[str, float]:
     fit = fit_points(compute, reward, cfg, r0=r0)
     target = target_compute(cfg, series.compute.max())
     report = fit_report(fit, compute, reward, target)
-    write_fit_json(run_dir / FIT_JSON, fit, cfg, series, report)
-    save_curves(run_dir / FIT_PNG, [Curve(run_dir.name, compute, reward, fit)], cfg.compute, cfg.metric,
-                target, title=fit_title(fit, cfg))
-    return report
-
-
-def fit_title(fit: CurveFit, cfg: ScalingConfig) -> str:
-    params = ", ".join(f"{k}={v:.4g}" for k, v in fit.params.items())
-    return f"{fit.kind} fit of {cfg.metric} vs {cfg.compute}: {params}"
-
-
-def write_fit_json(path: Path, fit: CurveFit, cfg: ScalingConfig, series: Series, report: dict) -> None:
     doc = {"kind": fit.kind, "metric": cfg.metric, "compute": cfg.compute, "params": fit.params,
            "intervals": {k: list(v) for k, v in fit.intervals.items()}, "confidence": fit.confidence, "report": report,
            "points": {"step": series.step.tolist(), "compute": series.compute.tolist(), "reward": series.reward.tolist()},
            "config": dataclasses.asdict(cfg)}
-    path.write_text(json.dumps(doc, indent=2, allow_nan=True))
+    (run_dir / FIT_JSON).write_text(json.dumps(doc, indent=2, allow_nan=True))
+    params = ", ".join(f"{k}={v:.4g}" for k, v in fit.params.items())
+    save_curves(run_dir / FIT_PNG, [Curve(run_dir.name, compute, reward, fit)], cfg.compute, cfg.metric,
+                target, title=f"{fit.kind} fit of {cfg.metric} vs {cfg.compute}: {params}")
+    return report

@@ -1,7 +1,5 @@
-"""Plotting: data, fitted curves, extrapolation with its bootstrap band, and an A-interval panel, as PNG.
-
-Uses matplotlib's object API with the Agg canvas, so importing it never changes a notebook's backend.
-"""
+"""Plotting: data, fitted curves, extrapolation with its bootstrap band, and an A-interval panel, as PNG. The Agg
+canvas of matplotlib's object API, so importing it never changes a notebook's backend."""
 
 from __future__ import annotations
 
@@ -23,7 +21,6 @@ class Curve:
     compute: np.ndarray  # [N] every evaluation
     reward: np.ndarray  # [N]
     fit: CurveFit | None = None
-    fit_until: float | None = None  # points beyond this compute were held out of the fit
 
 
 def draw_curves(ax, curves: list[Curve], unit: str, metric: str, target: float | None = None) -> None:
