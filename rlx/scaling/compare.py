@@ -1,6 +1,5 @@
 """Comparison: one row per recipe (or run) of a sweep, and ScaleRL's rule for deciding between two recipes: |dA| >
-margin -> the higher A wins, else refit at a common A and the higher B wins (docs/scaling.md: ties, undetermined).
-"""
+margin -> the higher A wins, else refit at a common A and the higher B wins (docs/scaling.md: ties, undetermined)."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ class Verdict:
 
 
 def scalerl_rule(first, second, margin: float = 0.02, fit_first=None, fit_second=None, **fit_kwargs) -> Verdict:
-    """Apply ScaleRL's rule to two recipes given as (label, compute [N], reward [N][, r0]) with sigmoid fits.
-    fit_first / fit_second: existing fits; fit_kwargs go to `fit_sigmoid` for the fits and the refits."""
+    """ScaleRL's rule on two recipes (label, compute [N], reward [N][, r0]); fit_kwargs go to every `fit_sigmoid`."""
     (la, ca, ra, r0a), (lb, cb, rb, r0b) = (tuple(first) + (None,))[:4], (tuple(second) + (None,))[:4]
     fa = fit_first if fit_first is not None else fit_sigmoid(ca, ra, r0a, **fit_kwargs)
     fb = fit_second if fit_second is not None else fit_sigmoid(cb, rb, r0b, **fit_kwargs)
@@ -162,7 +160,6 @@ def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None
     groups = group_by_recipe(runs, root)
     if by == "run":
         groups = {run_label(r, label, root): [r] for label, members in groups.items() for r in members}
-        groups = _unique_labels(groups, root)
     rows = [fit_group(label, members, cfg, kind) for label, members in groups.items()]
     finals = [r.final_compute for r in rows if np.isfinite(r.final_compute)]
     target = target_compute(cfg, max(finals) if finals else 0.0)
@@ -194,7 +191,15 @@ def write_comparison(comparison: Comparison, prefix: str = "compare") -> tuple[P
     png = save_curves(root / f"{prefix}.png", comparison.curves(), cfg.compute, cfg.metric, comparison.target,
                       title=f"{cfg.metric} vs {cfg.compute} ({comparison.by}s under {root.name})", with_asymptotes=True)
     js = root / f"{prefix}.json"
-    js.write_text(json.dumps(_as_json(comparison), indent=2, allow_nan=True))
+    rows = [{"label": r.label, "runs": [str(x.path) for x in r.runs], "failed": r.n_failed, "steps": r.steps,
+             "final_compute": r.final_compute, "final_reward": r.final_reward,
+             "fit": None if r.fit is None else {"kind": r.fit.kind, "params": r.fit.params,
+                                                "intervals": {k: list(v) for k, v in r.fit.intervals.items()},
+                                                **r.fit.stats()},
+             "note": r.note} for r in comparison.rows]
+    doc = {"root": str(root), "by": comparison.by, "metric": cfg.metric, "compute": cfg.compute,
+           "target_compute": comparison.target, "rows": rows, "verdicts": [v.__dict__ for v in comparison.verdicts]}
+    js.write_text(json.dumps(doc, indent=2, allow_nan=True))
     return md, png, js
 
 
@@ -230,16 +235,6 @@ def fit_group(label: str, runs: list[Run], cfg: ScalingConfig, kind: str = "sigm
     return row
 
 
-def _unique_labels(groups: dict[str, list[Run]], root: Path) -> dict[str, list[Run]]:
-    out: dict[str, list[Run]] = {}
-    for label, runs in groups.items():
-        key = label
-        if key in out:
-            key = f"{label} [{runs[0].path.relative_to(root) if runs[0].path.is_relative_to(root) else runs[0].path}]"
-        out[key] = runs
-    return out
-
-
 def _disjoint(a, b) -> bool | None:
     if a is None or b is None:
         return None
@@ -248,14 +243,3 @@ def _disjoint(a, b) -> bool | None:
 
 def _interval(iv) -> str:
     return "" if iv is None else f" [{iv[0]:.3g}, {iv[1]:.3g}]"
-
-
-def _as_json(comp: Comparison) -> dict:
-    rows = [{"label": r.label, "runs": [str(x.path) for x in r.runs], "failed": r.n_failed, "steps": r.steps,
-             "final_compute": r.final_compute, "final_reward": r.final_reward,
-             "fit": None if r.fit is None else {"kind": r.fit.kind, "params": r.fit.params,
-                                                "intervals": {k: list(v) for k, v in r.fit.intervals.items()},
-                                                **r.fit.stats()},
-             "note": r.note} for r in comp.rows]
-    return {"root": str(comp.root), "by": comp.by, "metric": comp.cfg.metric, "compute": comp.cfg.compute,
-            "target_compute": comp.target, "rows": rows, "verdicts": [v.__dict__ for v in comp.verdicts]}
