@@ -1,7 +1,5 @@
-"""The root schema, assembled from each package's config (rlx/<package>/config.py) and registered in Hydra's
-ConfigStore, and the key listing `--help` prints (`python -m rlx.config`, console `rlx-config-keys`). The primary
-config starts from `rlx_schema`, so a wrong key or type fails at composition time, with OmegaConf naming the key.
-"""
+"""The root schema from each package's config, registered in Hydra's ConfigStore (a wrong key or type fails at
+composition, named by OmegaConf), and the key listing `--help` prints (`python -m rlx.config`, rlx-config-keys)."""
 
 from __future__ import annotations
 
@@ -87,10 +85,6 @@ def keys_text() -> str:
     return "\n".join(f"{key} = {default!r}" + (f"  # {text}" if text else "") for key, default, text in describe_keys())
 
 
-def _keys_for_help() -> str:
-    return keys_text().replace("$", "$$")  # Hydra fills its help template with string.Template
-
-
 def main() -> None:
     print(keys_text())
 
@@ -114,8 +108,8 @@ def register_configs() -> None:
     OmegaConf.set_struct(node.task.eval, False)  # eval set names too (each set's keys stay typed)
     cs = ConfigStore.instance()
     cs.store(name="rlx_schema", node=node)
-    if not OmegaConf.has_resolver("rlx_keys"):  # `--help` lists every key with its meaning
-        OmegaConf.register_new_resolver("rlx_keys", _keys_for_help)
+    if not OmegaConf.has_resolver("rlx_keys"):  # `--help` lists every key; Hydra's help template is a string.Template
+        OmegaConf.register_new_resolver("rlx_keys", lambda: keys_text().replace("$", "$$"))
     if not OmegaConf.has_resolver("rlx_rank0"):  # under torchrun, Hydra's own files come from rank 0 alone
         OmegaConf.register_new_resolver("rlx_rank0", _rank0_only)
 

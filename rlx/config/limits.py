@@ -1,7 +1,6 @@
 """Every numeric setting, checked by one walk of the composed config before any model is built (docs/runs.md, "Bad
 input"): `check_numbers` refuses NaN / inf (a comparison with NaN is false, so it would pass every range check) and
-values outside their `RANGES` entry (else `DEFAULT`, >= 0); `check_model` and `check_fits` relate several fields.
-"""
+values outside their `RANGES` entry (else `DEFAULT`, >= 0); `check_model` and `check_fits` relate several fields."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ def range_of(key: str) -> Range:
 
 
 def numbers(cfg, prefix: str = ""):
-    """(dotted key, value) of every int / float value in `cfg` (an OmegaConf node), bools excluded; an
-    interpolated container (task.rewards) is walked as what it resolves to."""
+    """(dotted key, value) of every int / float in `cfg` (bools excluded; an interpolation as what it resolves to)."""
     from omegaconf import DictConfig, ListConfig
 
     if isinstance(cfg, DictConfig):

@@ -1,7 +1,5 @@
-"""Preflight, the first thing `rlx.train` does: every value a run needs, checked before any model is built, each
-refusal naming its key. A group's own checks live in its package's config (run by `convert`); here are only the
-rules that read more than one group. It builds nothing heavy: a typo costs a second.
-"""
+"""Preflight, the first thing `rlx.train` does: every value checked before any model is built, naming its key. A
+group's own checks run in `convert`; here are the rules that read several groups. A typo costs a second."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def check(cfg) -> DeviceSpec:
 
 
 def record_dtype(cfg, trainer: DeviceSpec) -> None:
-    """`trainer.dtype=auto` resolved in the config itself: every later reader sees fp32 or bf16, and a resume
-    compares what the run computed in (rlx.run.resume.dtype_refusal)."""
+    """`trainer.dtype=auto` resolved in the config, so every later reader and a resume see fp32 or bf16."""
     if cfg.trainer.dtype != "auto":
         return
     from omegaconf import read_write
@@ -53,8 +50,7 @@ def record_dtype(cfg, trainer: DeviceSpec) -> None:
 
 def vllm_serves_adapter_on_gpu(cfg) -> str:
     """What a vLLM engine of this run would serve through its half-precision-only GPU kernels ('' if none): a LoRA
-    adapter and, with it, an NVFP4 base (docs/engine.md). Merged or full weights are served dense, in fp32 too;
-    running servers (rollout.server.urls) have a dtype of their own."""
+    adapter, with an NVFP4 base (docs/engine.md); dense weights take fp32 too, running servers their own dtype."""
     engine, r = cfg.rollout.engine, cfg.rollout
     if engine not in ("vllm", "vllm_server") or (engine == "vllm_server" and not r.server.num):
         return ""
@@ -74,8 +70,7 @@ def vllm_serves_adapter_on_gpu(cfg) -> str:
 
 
 def half_precision_for_vllm(cfg, trainer: DeviceSpec) -> DeviceSpec:
-    """trainer.dtype=fp32 with a vLLM engine that serves an adapter on a GPU: the run moves to bf16 with a logged
-    line (those kernels assert fp16/bf16, and the engine's dtype is the trainer's); refused where bf16 cannot be."""
+    """fp32 with a vLLM engine serving an adapter on a GPU (kernels that assert fp16/bf16): bf16, or refused."""
     if trainer.dtype != torch.float32:
         return trainer
     what = vllm_serves_adapter_on_gpu(cfg)
@@ -119,8 +114,7 @@ def convert(cfg) -> dict:
 
 
 def check_finetune(cfg, world_size: int = 1) -> None:
-    """What full fine-tuning cannot do with other groups (docs/models.md): what needs a LoRA adapter or a frozen
-    base, vLLM's adapter sync, FSDP over N ranks. model.lora.* is ignored with full (the model groups set it)."""
+    """What full fine-tuning cannot do with other groups (docs/models.md); model.lora.* is ignored, not refused."""
     if cfg.model.finetune != "full":  # the name itself and full with 16-bit weights: rlx.models.config
         return
     for bad, what in ((cfg.quant.format != "none", f"quant.format={cfg.quant.format} (a quantized base is frozen: "

@@ -1,9 +1,6 @@
 """`python -m rlx.sweeps NAME [overrides...]`: run one paper table's sweep, then its report.
-
-A launcher over `python -m rlx.train -m --config-dir sweeps --config-name NAME` that works from any directory,
-fixes the sweep directory up front and runs `python -m rlx.report` on it at the end (docs/sweeps.md);
-`--predictive` runs the arms in rounds (docs/predictive.md).
-"""
+`python -m rlx.train -m --config-dir sweeps --config-name NAME` from any directory, the sweep directory fixed up
+front (docs/sweeps.md); `--predictive` runs the arms in rounds (docs/predictive.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from rlx.sweeps.spec import available, sweep_dir_of, train_command
 
 
 def _own_options_first(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """argv with this launcher's own options (and their values) moved before the sweep name: after the overrides
-    (`smollm2_tune seed=1 --no-report`) they would reach rlx.train, which refuses them."""
+    """argv with this launcher's own options moved before the sweep name: after it they would reach rlx.train."""
     takes_value = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}
     own, rest, i = [], [], 0
     while i < len(argv):

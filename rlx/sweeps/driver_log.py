@@ -11,8 +11,7 @@ from rlx.sweeps.rule import Decision
 
 
 class DriverLog:
-    """The driver's wandb run (docs/predictive.md, "wandb"): mode, project and entity from the command line's
-    logger.*; its id kept in the sweep directory, so a restarted driver appends to the same run."""
+    """The driver's wandb run (docs/predictive.md, "wandb"); a restarted driver appends to the same run."""
 
     def __init__(self, name: str, sweep_dir: str | Path, overrides: list[str]):
         default = LoggerConfig()

@@ -1,7 +1,5 @@
 """The predictive round driver behind `python -m rlx.sweeps NAME --predictive` (docs/predictive.md): each round one
-multirun of the surviving arms, job directories fixed per arm and seed so the next round resumes them; a driver
-that died goes on from its last decided round when the same command is run again.
-"""
+multirun of the surviving arms, resumed the next round; a dead driver goes on when its command runs again."""
 
 from __future__ import annotations
 
@@ -36,15 +34,10 @@ class RoundPlan:
         return int(self.first_steps * self.growth**r)
 
 
-def job_subdir(arm_key: str) -> str:
-    """Each job's directory under the sweep directory, the same in every round: <arm>_seed<seed>."""
-    return f"${{hydra.runtime.choices.{arm_key}}}_seed${{seed}}"
-
-
 def round_command(name: str, overrides: list[str], arm_key: str, arms: list[str], steps: int) -> list[str]:
-    """The one multirun of a round: the surviving arms (every seed) to `steps`, job directories fixed per arm+seed."""
+    """The one multirun of a round: the surviving arms to `steps`, each job in <arm>_seed<seed> every round."""
     return train_command(name, [*overrides, f"{arm_key}={','.join(arms)}", f"train.steps={steps}",
-                                f"hydra.sweep.subdir={job_subdir(arm_key)}"])
+                                f"hydra.sweep.subdir=${{hydra.runtime.choices.{arm_key}}}_seed${{seed}}"])
 
 
 def split_overrides(overrides: list[str], arm_key: str, arms: list[str]) -> tuple[list[str], list[str]]:
@@ -64,8 +57,7 @@ def split_overrides(overrides: list[str], arm_key: str, arms: list[str]) -> tupl
 
 
 def _state(sweep_dir: str | Path, schedule: RoundPlan, arms: list[str]) -> tuple[dict, dict, list[str], int]:
-    """(budgets, flat rounds, arms alive, next round) of a sweep directory: a new sweep's, or the state after its
-    last complete round (predictive.jsonl). Refuses a rerun whose schedule or arms differ from the first."""
+    """(budgets, flat rounds, arms alive, next round) after the last complete round; another plan is refused."""
     sweep_dir = Path(sweep_dir)
     plan = {"schedule": asdict(schedule), "arms": arms}
     path = sweep_dir / SCHEDULE_JSON

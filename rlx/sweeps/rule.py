@@ -1,6 +1,5 @@
 """The predictive rule: after each round, which arms of a sweep run on (docs/predictive.md, "The rule": determined,
-flat and undetermined fits, the leader, when an arm stops). Pure: points in, decisions out (driver: rounds).
-"""
+flat and undetermined fits, the leader, when an arm stops). Pure: points in, decisions out (driver: rounds)."""
 
 from __future__ import annotations
 
@@ -84,9 +83,8 @@ def classify(fit, max_width: float = 0.5) -> tuple[str, str]:
 def decide(round_: int, fits: dict[str, ArmFit], budgets: dict[str, int], margin: float = 0.02,
            flat_before: dict[str, int] | None = None, flat_rounds: int = 3,
            reach_p: Callable[[str, float], float] | None = None, reach_alpha: float = 0.001) -> list[Decision]:
-    """The decision for every arm in `fits` (the arms still running) after round `round_`. budgets: {arm:
-    train.steps run}; flat_before: {arm: consecutive flat rounds before}. reach_p(arm, A): `reach_test`'s p-value;
-    an arm the intervals rule out stops only when p < reach_alpha (None: the intervals alone decide)."""
+    """The decision for every arm still running after round `round_`. flat_before: {arm: consecutive flat rounds};
+    reach_p(arm, A): `reach_test`'s p-value, below reach_alpha to stop an arm (None: the intervals alone decide)."""
     flat_before = flat_before or {}
     determined = {a: f for a, f in fits.items() if f.status == "determined"}
     leader = max(determined, key=lambda a: (determined[a].A, a)) if determined else None

@@ -1,6 +1,5 @@
 """What the repository's sweeps/ holds: the sweeps, each one's arm axis (the first swept key, seed aside, that
-names a config group) and arm files, and the command and sweep directory that run one (docs/sweeps.md).
-"""
+names a config group) and arm files, and the command and sweep directory that run one (docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -19,11 +18,8 @@ SWEEPS_DIR, CONF_DIR = ROOT / "sweeps", ROOT / "conf"
 
 def available(sweeps_dir: Path = SWEEPS_DIR) -> dict[str, str]:
     """{sweep name: the first line of its header comment}, for every sweeps/*.yaml."""
-    out = {}
-    for path in sorted(sweeps_dir.glob("*.yaml")):
-        first = next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
-        out[path.stem] = first
-    return out
+    return {path.stem: next((ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+            for path in sorted(sweeps_dir.glob("*.yaml"))}
 
 
 def sweep_file(name: str) -> dict:
