@@ -1,9 +1,6 @@
 """Extrapolators the training loop calls after every optimizer step: the interface and `linear` (next.py: NExt).
 
-`linear` (RL-Extra baseline) sets W = W0 + alpha (W_s - W0) at each extend step s; `next` folds a predicted
-rank-1 update into the adapter. After a jump the LoRA params' Adam state is dropped (cfg.reset_optimizer).
-See docs/extrapolation.md.
-"""
+`linear` (RL-Extra) sets W = W0 + alpha (W_s - W0) at each extend step s. See docs/extrapolation.md."""
 
 import time
 from contextlib import contextmanager
@@ -65,8 +62,7 @@ class Extrapolator:
         self._jump_metrics: dict[str, float] = {}
 
     def observe(self, model: nn.Module, step: int, optimizer: torch.optim.Optimizer | None = None) -> dict[str, float]:
-        """Call after each optimizer step with the count of completed RL steps (and once with 0
-        before training). A step at or before the last observed one is a no-op (safe on resume)."""
+        """Call after each optimizer step with the completed RL steps (with 0 before training); a repeat is a no-op."""
         step = int(step)
         modules = lora_modules(model, self.adapter)
         names = [m.name for m in modules]

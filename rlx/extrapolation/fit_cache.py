@@ -1,9 +1,7 @@
 """A content-addressed store of fitted NExt predictors: a fit is looked up by everything it is computed from.
 
-`train_predictor` is a pure function of its inputs and the arithmetic that runs it, so runs whose records agree
-up to a jump (an alpha sweep at one seed) can share its fit (docs/extrapolation.md, `fit_cache`). An entry is
-`<sha256>.pt`, written to a temp file and renamed; an unreadable entry is an error naming the file.
-"""
+A fit is a pure function of its inputs and the arithmetic, so runs whose records agree up to a jump share it
+(docs/extrapolation.md, `fit_cache`). An entry `<sha256>.pt` is written to a temp file and renamed."""
 
 from __future__ import annotations
 
@@ -52,12 +50,11 @@ def train_or_load(cache_dir: Path, global_x, local_x, targets, **settings) -> tu
         return fit, True
     fit = train_predictor(global_x, local_x, targets, **settings)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    entry = fit.state()
     # a unique temp name: two runs may fit the same key at once (run/logging.py's write_text_atomic uses a fixed one)
     fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".pt")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(entry, f)
+            torch.save(fit.state(), f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -1,9 +1,7 @@
 """Fold a low-rank jump into the LoRA factors, keeping rank r (docs/extrapolation.md, Predict-extend).
 
-A packed base cannot absorb a dW, so B A + L_e R_e is re-factorized to its best rank-r approximation
-P diag(S) Q^T; for a rank-1 jump the error is sigma_{r+1} <= min(jump, sigma_r(old delta)) (Weyl). The gauge
-H = A Q (singular values floored at `gauge_floor` * RMS of A's) moves A as little as the new row space allows.
-"""
+A packed base cannot absorb dW, so B A + L_e R_e is re-factorized to its best rank-r approximation P diag(S) Q^T;
+the gauge H = A Q (singular values floored at `gauge_floor` * RMS of A's) moves A as little as it can."""
 
 import torch
 
@@ -14,10 +12,9 @@ GAUGE_FLOOR = 0.1
 
 def fold_into_lora(A: torch.Tensor, B: torch.Tensor, L_extra: torch.Tensor, R_extra: torch.Tensor,
                    gauge_floor: float = GAUGE_FLOOR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rank-r factors (A' [r, in], B' [out, r]) of B A + L_extra R_extra, and the dropped part.
-    L_extra [out, k], R_extra [k, in] are in factor units (divide W-space jumps by `scaling`).
-    Returns (A', B', dropped) in the work dtype (float32, or float64 for float64 input), where
-    `dropped` [m - r] are the discarded singular values (||error||_F = ||dropped||_2)."""
+    """(A' [r, in], B' [out, r], dropped [m - r]): rank-r factors of B A + L_extra R_extra (L_extra [out, k], R_extra
+    [k, in], in factor units: W-space jumps / `scaling`) in the work dtype, and the discarded singular values
+    (||error||_F = ||dropped||_2)."""
     r, n_in = A.shape
     n_out = B.shape[0]
     if min(n_in, n_out) < r:

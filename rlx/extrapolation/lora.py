@@ -1,7 +1,5 @@
-"""Find the LoRA factors of a PEFT-wrapped model and snapshot them; the base layer is never touched.
-
-Duck typing on PEFT's `lora_A`, `lora_B`, `scaling`: any base PEFT can wrap (nn.Linear, bnb 4-bit, rlx packed).
-"""
+"""Find the LoRA factors of a PEFT-wrapped model and snapshot them; the base layer is never touched. Duck typing
+on PEFT's `lora_A`, `lora_B`, `scaling`: any base PEFT can wrap (nn.Linear, bnb 4-bit, rlx packed)."""
 
 from dataclasses import dataclass
 

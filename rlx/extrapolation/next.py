@@ -119,6 +119,5 @@ class NextExtrapolator(Extrapolator):
     def load_state_dict(self, sd):
         super().load_state_dict(sd)
         self.records.load_state_dict(sd["records"])
-        self.fits = {}
-        for (n_out, n_in), p in sd["predictors"].items():
-            self.fits[(int(n_out), int(n_in))] = PredictorFit.from_state(p, int(n_out) + int(n_in))
+        self.fits = {(int(n_out), int(n_in)): PredictorFit.from_state(p, int(n_out) + int(n_in))
+                     for (n_out, n_in), p in sd["predictors"].items()}

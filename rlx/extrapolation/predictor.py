@@ -1,9 +1,7 @@
 """NExt trajectory predictor: (global, local) rank-1 components -> next-horizon component (docs/extrapolation.md).
 
-A triplet (u [out], s, v [in]) is encoded as x = [sqrt(s) u, sqrt(s) v] (d = out + in), one predictor per
-(out, in) shape: one vector keeps u and v's relative sign, which per-length buckets lose. Inputs and targets
-are scaled by sqrt(d) / mean|target|. Network and training are the paper's (full batch, L1, AdamW, cosine lr).
-"""
+A triplet (u [out], s, v [in]) is encoded as [sqrt(s) u, sqrt(s) v] (d = out + in), one net per (out, in) shape:
+one vector keeps u and v's relative sign. Scaled by sqrt(d) / mean|target|; network and training: the paper's."""
 
 import math
 from dataclasses import dataclass
@@ -88,9 +86,8 @@ def bucket_scale(targets: torch.Tensor) -> float:
 
 def train_predictor(global_x: torch.Tensor, local_x: torch.Tensor, targets: torch.Tensor, *, hidden: int,
                     epochs: int, lr: float, min_lr_ratio: float, weight_decay: float, seed: int) -> PredictorFit:
-    """Fit one bucket's predictor full batch. global_x, local_x, targets: [N, d] (same device). The net is
-    initialised from `seed` without touching the global RNG, so a fit is a pure function of its inputs
-    (bitwise reproducible on the same device)."""
+    """Fit one bucket's predictor full batch; global_x, local_x, targets [N, d] on one device. The net's init comes from
+    `seed`, the global RNG untouched: a fit is a pure function of its inputs (bitwise, on one device)."""
     if not (global_x.shape == local_x.shape == targets.shape) or global_x.ndim != 2 or global_x.shape[0] == 0:
         raise ValueError(f"train_predictor: need equal non-empty [N, d] tensors, got {tuple(global_x.shape)}, "
                          f"{tuple(local_x.shape)}, {tuple(targets.shape)}")

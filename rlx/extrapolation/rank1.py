@@ -1,8 +1,5 @@
-"""Top singular triplet of a LoRA delta, computed from the factors, never the full matrix.
-
-delta = scaling * L R with L = [B, B0], R = [A; -A0]; QR of L and R^T reduces it to a k x k SVD,
-O((out + in) k^2 + k^3) (docs/extrapolation.md, Records).
-"""
+"""Top singular triplet of a LoRA delta from the factors, never the full matrix: delta = scaling * L R with
+L = [B, B0], R = [A; -A0]; QR of L and R^T reduce it to a k x k SVD (docs/extrapolation.md, Records)."""
 
 import torch
 
@@ -29,10 +26,8 @@ def align_sign(triplet: Triplet, reference: Triplet) -> Triplet:
 
 
 def lowrank_svd(L: torch.Tensor, R: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Thin SVD of L @ R (L [out, k], R [k, in]) without forming it.
-
-    Returns P [out, m], S [m], Q [in, m] with L @ R = P diag(S) Q^T, m = min(out, in, k), S descending.
-    """
+    """Thin SVD of L @ R (L [out, k], R [k, in]) without forming it: P [out, m], S [m] descending, Q [in, m] with
+    L @ R = P diag(S) Q^T, m = min(out, in, k)."""
     Q1, R1 = torch.linalg.qr(L)  # [out, k1], [k1, k]
     Q2, R2 = torch.linalg.qr(R.T)  # [in, k2], [k2, k]
     U, S, Vh = torch.linalg.svd(R1 @ R2.T, full_matrices=False)  # [k1, m], [m], [m, k2]
@@ -41,9 +36,8 @@ def lowrank_svd(L: torch.Tensor, R: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def rank1_from_lora(A: torch.Tensor, B: torch.Tensor, scaling: float, A0: torch.Tensor | None = None,
                     B0: torch.Tensor | None = None) -> Triplet:
-    """(u [out], s [], v [in]): top singular triplet of scaling * (B A - B0 A0), sign canonical.
-    A [r, in], B [out, r]; A0 / B0 (both or neither) are the reference factors (rank may differ).
-    Computed in float32 (float64 if A is float64); u and v are unit vectors, s >= 0."""
+    """(u [out], s [], v [in]): top singular triplet of scaling * (B A - B0 A0), sign canonical; A [r, in], B [out, r],
+    A0 / B0 (both or neither, any rank). In float32 (float64 for float64 A); unit u and v, s >= 0."""
     if (A0 is None) != (B0 is None):
         raise ValueError("rank1_from_lora: pass both A0 and B0, or neither")
     if A.ndim != 2 or B.ndim != 2 or A.shape[0] != B.shape[1]:

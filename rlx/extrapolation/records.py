@@ -1,10 +1,7 @@
 """Rank-1 trajectory records of every LoRA module, NExt's training data (docs/extrapolation.md, Records).
 
-Record t holds global_t (top triplet of W_t - W_0) and local_t (of W_t - W_{t-interval}); target_t (of
-W_{t+horizon} - W_t) is filled when step t + horizon is recorded. Every triplet's sign is aligned with a
-reference so consecutive records vary continuously. A window of adapter snapshots makes the deltas exact
-without forming a full matrix; `after_jump` re-anchors it, so no pair's horizon contains a jump.
-"""
+global_t / local_t: top triplets of W_t - W_0 / W_t - W_{t-interval}; target_t: of W_{t+horizon} - W_t. Signs
+are aligned with a reference so records vary continuously; `after_jump` re-anchors the snapshot window."""
 
 import torch
 

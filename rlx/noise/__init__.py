@@ -1,7 +1,5 @@
-"""noise group: Adaptive Quantization Noise (QeRL) on norm weights, on a K-stage schedule.
-
-`build_noise(cfg, total_steps, seed)` -> NoiseInjector (type `aqn`) or None; `sigma_at` -> (sigma, stage).
-"""
+"""noise group: Adaptive Quantization Noise (QeRL) on norm weights, on a K-stage schedule. `build_noise(cfg,
+total_steps, seed)` -> NoiseInjector (type `aqn`) or None; `sigma_at` -> (sigma, stage)."""
 
 from __future__ import annotations
 

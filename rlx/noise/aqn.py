@@ -1,9 +1,7 @@
 """Adaptive Quantization Noise (QeRL): seeded channel-wise Gaussian noise on RMSNorm weights.
 
-At step s each target norm weight w [C] becomes dtype(w + sigma_s * z), z ~ N(0, 1) [C] drawn from a
-generator seeded by (seed, step, norm key); the clean w is copied at apply and written back at restore,
-so noise never accumulates and a resumed run draws the same noise. Why the norm: docs/noise.md.
-"""
+At step s each target norm weight w [C] becomes dtype(w + sigma_s * z), z ~ N(0, 1) [C] seeded by (seed, step,
+norm key); the clean w is restored after, so noise never accumulates and a resume draws the same (docs/noise.md)."""
 
 from __future__ import annotations
 
@@ -63,11 +61,8 @@ class NoiseInjector:
 
     @torch.no_grad()
     def apply(self, model: nn.Module, step: int) -> dict[str, float]:
-        """Add sigma(step) * z to each target norm weight on top of a fresh clean copy; return metrics.
-
-        noise/changed_frac: the share of entries that changed after rounding to the weight's dtype (in bf16 a
-        small z on a weight near 1 rounds away). At sigma = 0 nothing is touched.
-        """
+        """Add sigma(step) * z to each target norm weight on top of a fresh clean copy; return metrics (noise/
+        changed_frac: the share of entries still changed after rounding to their dtype). sigma = 0 touches nothing."""
         if self._active is not None:
             raise RuntimeError(f"AQN noise from step {self._active_step} is still applied; call restore() before apply()")
         sigma, stage = self.sigma_at(step)
@@ -102,10 +97,8 @@ class NoiseInjector:
 
     @torch.no_grad()
     def restore(self, model: nn.Module | None = None) -> None:
-        """Write the clean weights back bitwise (no-op when clean); `model`, if given, must hold them.
-
-        Under a noisy training forward, restore only after backward: autograd saved the noisy weights.
-        """
+        """Write the clean weights back bitwise (no-op when clean; `model`, if given, must hold them). Under a noisy
+        training forward, restore only after backward: autograd saved the noisy weights."""
         if self._active is None:
             return
         if model is not None:
@@ -129,10 +122,8 @@ class NoiseInjector:
 
     @torch.no_grad()
     def is_clean(self, model: nn.Module) -> bool:
-        """True iff every target norm weight holds its clean value bitwise, as far as this injector knows.
-
-        After restore, a weight updated in place since (its version counter moved) counts as the new clean value.
-        """
+        """True iff every target norm weight holds its clean value bitwise, as far as this injector knows (after
+        restore, a weight updated in place since, its version counter moved, counts as the new clean value)."""
         self.sites(model)  # the model must have the target norms
         if self._active is not None:
             return all(torch.equal(s.param, s.clean) for s in self._active)

@@ -2,8 +2,7 @@
 
 A target names a module by its path inside a decoder block `...layers.<i>`, so prefixes (PEFT's
 `base_model.model.`, torch.compile's `_orig_mod.`) do not matter; the final norm is the `...norm` outside
-every block. A site's key is its name from `layers.` on (or `norm`): the same with and without wrappers.
-"""
+every block. A site's key is its name from `layers.` on (or `norm`): the same with and without wrappers."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ FINAL_NORM_KEY = "norm"
 @dataclass(frozen=True)
 class NormSite:
     """One norm AQN perturbs: every 1-D weight under the module gets the same noise (a PEFT ModulesToSaveWrapper
-    holds the frozen original and the trainable copy: either forward path sees it).
-    """
+    holds the frozen original and the trainable copy: either forward path sees it)."""
 
     key: str  # wrapper-independent name, e.g. "layers.3.input_layernorm" or "norm"
     name: str  # full module name in this model
@@ -52,8 +50,7 @@ def _matches(relative: str, target: str) -> bool:
 
 def find_norm_sites(model: nn.Module, targets, include_final_norm: bool = False) -> list[NormSite]:
     """The norms named by `targets` in every decoder block (plus the final norm if asked), in model order;
-    ValueError when there are no blocks, a block lacks a target, or the final norm is not exactly one module.
-    """
+    ValueError when there are no blocks, a block lacks a target, or the final norm is not exactly one module."""
     targets = [str(t) for t in targets]
     if not targets and not include_final_norm:
         raise ValueError("noise.targets is empty and include_final_norm is false: nothing to perturb")

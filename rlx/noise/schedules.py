@@ -2,8 +2,7 @@
 
 Training splits into K = cfg.stages equal intervals, stage k = min(floor(s * K / T), K - 1); steps past T
 stay in the last. Staged schedules keep stage 0 noise-free and run from sigma_start (stage 1) to sigma_end
-(stage K-1) along t = (k - 1) / (K - 2); `constant` is sigma_start everywhere. Formulas: docs/noise.md.
-"""
+(stage K-1) along t = (k - 1) / (K - 2); `constant` is sigma_start everywhere. Formulas: docs/noise.md."""
 
 from __future__ import annotations
 
