@@ -1,5 +1,4 @@
-"""The RL objective: advantages, aggregation weights, policy losses, batch shaping, curriculum; the update
-and its data parallelism (policy_update, data_parallel); completion tables (completions)."""
+"""The RL objective (advantages, aggregation, losses, shaping, curriculum), the update, data parallel, completions."""
 
 from rlx.algo.advantages import ADV_NORMS, compute_advantages, group_mean_std
 from rlx.algo.aggregation import AGGREGATIONS, token_weights
@@ -13,8 +12,7 @@ from rlx.algo.policy_update import Update
 
 
 def check_config(cfg) -> None:
-    """Raise ValueError naming the bad field if an algo config (an AlgoConfig, the composed config's
-    `algo` node or a dict) cannot run: its conversion to an AlgoConfig, whose __post_init__ checks."""
+    """Raise ValueError naming the bad field if an algo config (AlgoConfig, `algo` node or dict) cannot run."""
     if isinstance(cfg, AlgoConfig):
         cfg.check()
     else:

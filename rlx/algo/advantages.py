@@ -33,24 +33,16 @@ def group_mean_std(rewards: Tensor, group: Tensor) -> tuple[Tensor, Tensor]:
     return mean[index], var.sqrt()[index]
 
 
-def _norm_group(centred: Tensor, group_std: Tensor, eps: float) -> Tensor:
-    return centred / (group_std + eps)
-
-
 def _norm_batch(centred: Tensor, group_std: Tensor, eps: float) -> Tensor:
     # ScaleRL: std of the centred advantages over the whole batch (Bessel-corrected), not of raw rewards.
     std = centred.std() if centred.numel() > 1 else centred.new_zeros(())
     return centred / (std + eps)
 
 
-def _norm_none(centred: Tensor, group_std: Tensor, eps: float) -> Tensor:
-    return centred
-
-
 ADV_NORMS: dict[str, Callable[[Tensor, Tensor, float], Tensor]] = {
-    "group": _norm_group,
+    "group": lambda centred, group_std, eps: centred / (group_std + eps),
     "batch": _norm_batch,
-    "none": _norm_none,
+    "none": lambda centred, group_std, eps: centred,  # Dr.GRPO
 }
 
 

@@ -1,8 +1,5 @@
-"""Loss aggregation as per-token weights computed once on the FULL rollout batch.
-
-sum(weights * per_token_loss) is the aggregated loss; because the normalizers come from the full
-batch, summing that over any split of the rows into micro-batches gives the same loss and gradient.
-"""
+"""Loss aggregation as per-token weights computed once on the FULL rollout batch: sum(weights * per_token_loss)
+over any split of the rows into micro-batches gives the same loss and gradient."""
 
 from __future__ import annotations
 
@@ -12,11 +9,6 @@ from torch import Tensor
 
 from rlx.algo.advantages import group_index, group_sum
 from rlx.algo.config import AlgoConfig
-
-
-def _token(mask: Tensor, group: Tensor, max_new_tokens: int) -> Tensor:
-    # every completion token of the batch counts once: / total tokens
-    return mask / mask.sum().clamp(min=1)
 
 
 def _sample(mask: Tensor, group: Tensor, max_new_tokens: int) -> Tensor:
@@ -40,7 +32,7 @@ def _constant(mask: Tensor, group: Tensor, max_new_tokens: int) -> Tensor:
 
 
 AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, int], Tensor]] = {
-    "token": _token,
+    "token": lambda mask, group, max_new_tokens: mask / mask.sum().clamp(min=1),  # every completion token counts once
     "sample": _sample,
     "prompt": _prompt,
     "constant": _constant,

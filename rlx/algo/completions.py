@@ -1,11 +1,6 @@
-"""Completion tables: what the policy wrote, every `logger.completions_every` steps.
-
-The rows are the first `logger.completions_rows` rows of the step's generated batch (whole groups
-first, as the batch is ordered; no random draw, so the training RNG is untouched): prompt,
-completion, total reward, each reward function's value, the advantage `compute_advantages` gives
-that row within the generated batch (before dynamic sampling refills or filters it), and whether it
-passed. RunLogger.log_completions writes them (completions.jsonl + a wandb Table, size-bounded).
-"""
+"""Completion tables (RunLogger.log_completions), every `logger.completions_every` steps: the first
+`logger.completions_rows` rows of the step's batch as generated (no random draw), with each reward function's
+value and the advantage within that batch (before refills or filters)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""The `algo` config group's schema (AlgoConfig), registered by rlx.config, and its own value checks.
-
-Every check of a single algo value lives here: `AlgoConfig.__post_init__` runs `check()` when the
-composed config is converted (`as_config`, which rlx.config.preflight does before any model is built), so
-the functions that read the config (losses, aggregation, advantages) trust it. Rules that relate the
-algo group to another group (algo.shared_prefix with model.gradient_checkpointing) are rlx.config.preflight's.
-"""
+"""The `algo` config group's schema (AlgoConfig) and every check of a single value: `__post_init__` runs `check()`
+when rlx.config.preflight converts the composed config, so the functions that read it trust it (rules that
+relate algo to another group are preflight's)."""
 
 import math
 from dataclasses import dataclass, field, fields
 
-# the names each registry holds (rlx.algo.losses.LOSSES, aggregation.AGGREGATIONS, advantages.ADV_NORMS;
-# tests/algo/test_algo_config.py keeps them equal): the schema's vocabulary, here since those modules import this one
+# the registries' names (losses.LOSSES, ...), here as those modules import this one (test_algo_config keeps them equal)
 LOSSES = ("cispo", "gspo", "ppo_clip")  # algo.loss
 AGGREGATIONS = ("constant", "prompt", "sample", "token")  # algo.aggregation
 ADV_NORMS = ("batch", "group", "none")  # algo.adv_norm
@@ -20,8 +15,7 @@ ACTIONS = ("truncate", "mask", "both")  # algo.correction.action
 
 @dataclass
 class CorrectionConfig:
-    """Rollout correction against the engine's log-probs (rlx.algo.correction): an importance weight
-    rho per token, taken at `level`, then truncated and/or masked. Off by default."""
+    """Rollout correction against the engine's log-probs (rlx.algo.correction); off by default."""
 
     level: str = field(default="off", metadata={
         "help": "off | token (rho_t = pi/mu per token) | sequence (product over the completion) | geometric (its "
@@ -33,8 +27,7 @@ class CorrectionConfig:
     hi: float = field(default=2.0, metadata={"help": "mask: upper bound of the kept rho (>= 1, finite)"})
 
     def check(self) -> None:
-        """Raise ValueError naming the key; run by AlgoConfig's check (the update builds its own
-        token-truncate record from algo.tis_cap, whose cap may be below 1, unchecked)."""
+        """Raise ValueError naming the key (algo.tis_cap's own record, cap maybe below 1, is not checked)."""
         if self.level not in LEVELS:
             raise ValueError(f"unknown algo.correction.level {self.level!r}; choose one of {list(LEVELS)}")
         if self.action not in ACTIONS:
@@ -117,38 +110,33 @@ class AlgoConfig:
         self.check()
 
     def check(self) -> None:
-        _check(self)
-
-
-def _check(a: AlgoConfig) -> None:
-    """Raise ValueError naming the bad field if an algo config cannot run. Written as `not (x >= 0)`:
-    a NaN fails it (a comparison with NaN is false, so `x < 0` would let NaN through)."""
-    for name, registry in (("loss", LOSSES), ("aggregation", AGGREGATIONS), ("adv_norm", ADV_NORMS)):
-        if getattr(a, name) not in registry:
-            raise ValueError(f"unknown algo.{name} {getattr(a, name)!r}; choose one of {sorted(registry)}")
-    for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high"):
-        if not getattr(a, name) >= 0:
-            raise ValueError(f"algo.{name} (a clip range) must be >= 0, got {getattr(a, name)}")
-    if not 0 < a.eps_max < math.inf:
-        raise ValueError(f"algo.eps_max (CISPO cap) must be > 0 and finite, got {a.eps_max}")
-    if not 0 <= a.beta < math.inf:
-        raise ValueError(f"algo.beta must be >= 0 and finite, got {a.beta}")
-    if not 0 < a.adv_eps < math.inf:
-        raise ValueError(f"algo.adv_eps must be > 0 and finite (it keeps a zero-std group's advantages finite), "
-                         f"got {a.adv_eps}")
-    if a.dynamic_sampling and a.zero_variance_filter:
-        raise ValueError("algo.dynamic_sampling (refill) and algo.zero_variance_filter (drop) exclude each other")
-    if a.mu < 1 or a.micro_batch_size < 1 or a.max_resample_rounds < 0:
-        raise ValueError("algo.mu and algo.micro_batch_size must be >= 1, max_resample_rounds >= 0")
-    if a.micro_batch_tokens < 0 or a.logprob_chunk < 0:
-        raise ValueError(f"algo.micro_batch_tokens and algo.logprob_chunk must be >= 0 (0 = off), got "
-                         f"{a.micro_batch_tokens} and {a.logprob_chunk}")
-    if not 0 <= a.tis_cap < math.inf:
-        raise ValueError(f"algo.tis_cap must be >= 0 (0 = off) and finite, got {a.tis_cap}")
-    _check_correction(a)
-    if not 0.0 < a.pass_rate_threshold <= 1.0:
-        raise ValueError(f"algo.pass_rate_threshold must be in (0, 1], got {a.pass_rate_threshold}")
-    _check_optimiser(a)
+        """Raise ValueError naming the bad field. Written as `not x >= 0` so that a NaN fails too."""
+        for name, registry in (("loss", LOSSES), ("aggregation", AGGREGATIONS), ("adv_norm", ADV_NORMS)):
+            if getattr(self, name) not in registry:
+                raise ValueError(f"unknown algo.{name} {getattr(self, name)!r}; choose one of {sorted(registry)}")
+        for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"algo.{name} (a clip range) must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.eps_max < math.inf:
+            raise ValueError(f"algo.eps_max (CISPO cap) must be > 0 and finite, got {self.eps_max}")
+        if not 0 <= self.beta < math.inf:
+            raise ValueError(f"algo.beta must be >= 0 and finite, got {self.beta}")
+        if not 0 < self.adv_eps < math.inf:
+            raise ValueError(f"algo.adv_eps must be > 0 and finite (it keeps a zero-std group's advantages finite), "
+                             f"got {self.adv_eps}")
+        if self.dynamic_sampling and self.zero_variance_filter:
+            raise ValueError("algo.dynamic_sampling (refill) and algo.zero_variance_filter (drop) exclude each other")
+        if self.mu < 1 or self.micro_batch_size < 1 or self.max_resample_rounds < 0:
+            raise ValueError("algo.mu and algo.micro_batch_size must be >= 1, max_resample_rounds >= 0")
+        if self.micro_batch_tokens < 0 or self.logprob_chunk < 0:
+            raise ValueError(f"algo.micro_batch_tokens and algo.logprob_chunk must be >= 0 (0 = off), got "
+                             f"{self.micro_batch_tokens} and {self.logprob_chunk}")
+        if not 0 <= self.tis_cap < math.inf:
+            raise ValueError(f"algo.tis_cap must be >= 0 (0 = off) and finite, got {self.tis_cap}")
+        _check_correction(self)
+        if not 0.0 < self.pass_rate_threshold <= 1.0:
+            raise ValueError(f"algo.pass_rate_threshold must be in (0, 1], got {self.pass_rate_threshold}")
+        _check_optimiser(self)
 
 
 def _check_correction(a: AlgoConfig) -> None:
@@ -173,8 +161,7 @@ def _check_optimiser(a: AlgoConfig) -> None:
 
 
 def as_config(cfg) -> AlgoConfig:
-    """An AlgoConfig (validated: its __post_init__ checks every value) from an AlgoConfig, the composed
-    config's `algo` node or a dict; an unknown key is an error naming it."""
+    """A checked AlgoConfig from an AlgoConfig, the composed `algo` node or a dict; an unknown key is an error."""
     if isinstance(cfg, AlgoConfig):
         return cfg
     given = dict(cfg.items())

@@ -1,23 +1,8 @@
 """Rollout correction: importance weights of the trainer against the rollout engine, and the mismatch metrics.
 
-The weight's ratio rho = pi / mu is taken between the trainer's log-probs of the batch before the
-update (pi, `first_logp`) and the engine's behaviour log-probs (mu); the PPO/CISPO/GSPO ratio is then
-taken against pi (verl's "decoupled" mode, TIS as rlx has it since algo.tis_cap). Three levels:
-
-- token: rho_t = exp(pi_t - mu_t);
-- sequence: one rho per completion, exp(sum_t (pi_t - mu_t)) (the product of the token ratios);
-- geometric: exp(mean_t (pi_t - mu_t)) (the product's per-token geometric mean);
-
-and three actions: truncate (weight min(rho, cap): TIS), mask (weight rho inside [lo, hi], 0
-outside: masked IS / icepop; at the sequence levels the whole completion goes), or both.
-
-Masked tokens weigh 0 but stay in the token-weight normalizers (computed on the full batch before
-the first forward; TRL's token_mask does the same): masking scales the step down by the kept share
-rather than renormalizing over the kept tokens.
-
-`mismatch_metrics` is computed every step whatever the correction (the |diff|, the KL and the quantiles
-are measurements), under verl's `rollout_corr/` names with TRL's `sampling/` ones beside them.
-"""
+rho = pi / mu between the trainer's pre-update log-probs (pi, `first_logp`) and the engine's (mu), per token, per
+sequence (exp(sum_t log rho_t)) or geometric (exp(mean_t log rho_t)); truncated (TIS), masked (icepop) or both;
+masked tokens stay in the normalizers, scaling the step down. `mismatch_metrics` runs every step (docs/engine.md)."""
 
 from __future__ import annotations
 
@@ -29,15 +14,14 @@ from torch import Tensor
 
 from rlx.algo.config import CorrectionConfig
 
-# sequence / geometric log-weights are clamped here before exp (exp(20) ~ 4.9e8): a long completion's
-# summed log-ratio would overflow float32 (token weights are not clamped: tis_cap stays bit-identical)
+# sequence / geometric log-weights are clamped before exp: a long completion's summed log-ratio would overflow
+# float32 (token weights are not clamped: tis_cap stays bit-identical)
 SAFE_LOG = 20.0
 QUANTILES = (("p05", 0.05), ("p25", 0.25), ("p50", 0.5), ("p75", 0.75), ("p95", 0.95))
 
 
 def resolve(a) -> CorrectionConfig | None:
-    """The correction the update applies: `algo.tis_cap > 0` is token + truncate at that cap, else
-    `algo.correction`; None when off."""
+    """The correction to apply (None when off): `algo.tis_cap > 0` is token truncate, else `algo.correction`."""
     if a.tis_cap > 0:
         return CorrectionConfig(level="token", action="truncate", cap=float(a.tis_cap))
     return None if a.correction.level == "off" else a.correction

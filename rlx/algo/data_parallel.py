@@ -1,9 +1,9 @@
-"""This rank's part of an update on N torchrun ranks: DDP or FSDP2 around the policy's decoder, the
-micro-batches it computes, and the gradients and statistics it reduces (rlx.run.distributed holds the
-process group; docs/cluster.md)."""
+"""This rank's part of an update on N torchrun ranks: DDP or FSDP2 around the policy's decoder, its micro-batches,
+and the gradients and statistics it reduces (rlx.run.distributed holds the process group; docs/cluster.md)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from contextlib import contextmanager, nullcontext
 
@@ -15,9 +15,8 @@ from rlx.run.distributed import World
 
 
 class DataParallel:
-    """This rank's part of an update: which micro-batches it computes, the module its forward runs
-    through, and how its gradients meet the other ranks'. One process: every micro-batch, the policy
-    itself, nothing to reduce (bitwise the single-process update)."""
+    """This rank's micro-batches, the module its forward runs through, and how its gradients meet the others'.
+    One process: every micro-batch, the policy itself, nothing to reduce (bitwise the single-process update)."""
 
     def __init__(self, policy, world: World, strategy: str = "ddp", device: torch.device | None = None):
         self.world, self.strategy = world, strategy
@@ -35,8 +34,6 @@ class DataParallel:
             from torch.nn.parallel import DistributedDataParallel
 
             ids = [device.index if device.index is not None else world.local_rank] if device is not None and device.type == "cuda" else None
-            import inspect
-
             # buffers (packed quantized bases) are frozen replicas: never re-broadcast them every forward
             quiet = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
                      else {"broadcast_buffers": False})
@@ -49,14 +46,12 @@ class DataParallel:
             self._layers = list(lm.model.layers)
         else:
             raise ValueError(f"trainer.strategy: '{strategy}' is not one of {list(STRATEGIES)}")
-        # DDP and FSDP average gradients over ranks; each rank's loss is its share of ONE global sum
-        # (the token weights come from the full batch), so the sum is what the single process computes
+        # DDP and FSDP average over ranks; each rank's loss is its share of ONE global sum (full-batch token weights)
         self.loss_scale = float(world.size)
 
     def assign(self, micro: list) -> list[tuple[object, bool]]:
-        """(micro-batch, live) pairs for this rank: micro[rank::size], padded with dead repeats (loss x 0)
-        so every rank runs the same number of forwards and backwards (DDP's last synced backward and
-        FSDP's per-layer all-gathers are collectives)."""
+        """(micro-batch, live) pairs: micro[rank::size], padded with dead repeats (loss x 0) so that every rank runs
+        the same forwards and backwards (DDP's synced backward and FSDP's all-gathers are collectives)."""
         if not self.world.distributed:
             return [(mb, True) for mb in micro]
         count = math.ceil(len(micro) / self.world.size)
@@ -64,8 +59,7 @@ class DataParallel:
         return mine + [(micro[0], False)] * (count - len(mine))
 
     def backward(self, loss: torch.Tensor, live: bool) -> None:
-        """Backpropagate this rank's share of the global loss (scaled: DDP/FSDP average over ranks). A dead
-        repeat from `assign` backpropagates zero through its graph: the others' collectives, no gradient."""
+        """Backpropagate this rank's share of the global loss (x loss_scale); a dead repeat backpropagates zero."""
         (loss * (self.loss_scale if live else 0.0)).backward()
 
     def sync_after(self, last: bool):
@@ -75,8 +69,7 @@ class DataParallel:
         return nullcontext()
 
     def reduce_grads(self) -> None:
-        """Reduce the gradients DDP/FSDP do not see (trainable tensors outside what they wrap) as they
-        reduce theirs: the mean over ranks of the loss_scale-scaled gradients, i.e. their sum unscaled."""
+        """Reduce the gradients DDP/FSDP do not see (trainable tensors outside the decoder) as they do theirs."""
         for q in self._extra:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
@@ -95,8 +88,7 @@ class DataParallel:
 
     @contextmanager
     def gathered(self):
-        """fsdp: every layer whole (all-gathered once) and kept whole through many forwards, so ranks
-        may decode different numbers of tokens; resharded after. Anything else: nothing to do."""
+        """fsdp: layers gathered once, kept whole (ranks may decode unequal token counts), resharded after."""
         if not self._layers:
             yield
             return
@@ -116,8 +108,7 @@ class DataParallel:
         return bool(self._layers)
 
     def gathered_trainable(self, policy) -> dict[str, torch.Tensor] | None:
-        """fsdp: the whole trainable tensors, by parameter name (what the adapter file holds); else None
-        (the checkpoint reads the module itself)."""
+        """fsdp: the whole trainable tensors by parameter name (the adapter file's); else None (read the module)."""
         if not self.sharded:
             return None
         return {n: (q.full_tensor() if hasattr(q, "full_tensor") else q).detach().cpu()

@@ -1,8 +1,7 @@
 """Policy losses for one micro-batch: PPO clip, CISPO, GSPO, plus the k3 KL penalty.
 
 Each registered loss maps (log_ratio, logp, adv, mask, cfg) to a PolicyTerms record; policy_loss
-adds the KL term and aggregates with full-batch token weights, so micro-batch losses simply add up.
-"""
+adds the KL term and aggregates with full-batch token weights, so micro-batch losses simply add up."""
 
 from __future__ import annotations
 
@@ -95,8 +94,7 @@ def policy_loss(logp: Tensor, old_logp: Tensor, adv: Tensor, weights: Tensor, ma
     Weights come from token_weights on the full batch, so micro-batch losses add up to the full loss.
     With cfg.kl_times_ratio (TRL's default use_bias_correction_kl) the k3 term is multiplied by the
     (non-detached) ratio the loss uses. `is_weight` [n, T] (detached; the rollout correction's importance
-    weights against the engine, algo.correction / algo.tis_cap) multiplies the policy-gradient term per token.
-    """
+    weights against the engine, algo.correction / algo.tis_cap) multiplies the policy-gradient term per token."""
     _check_inputs(logp, old_logp, adv, weights, mask, cfg, ref_logp)
     mask = mask.to(logp.dtype)
     valid = mask > 0

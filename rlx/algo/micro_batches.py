@@ -1,17 +1,5 @@
-"""How the update splits a rollout batch into micro-batches, and the forward of one micro-batch.
-
-Three independent knobs, each with the same loss and gradient as the plain split (token weights come
-from the full batch, so micro-batch losses add up whatever the split):
-
-- `algo.micro_batch_tokens` > 0: rows sorted by completion length (longest first) and binned until
-  a bin would hold more than that many (padded) tokens, `algo.micro_batch_size` rows at most; each
-  micro-batch is cut to its own longest prompt and completion, so no forward runs over columns that
-  are padding in every row. `algo.trim_padding` is the same cut with fixed-size bins.
-- `algo.shared_prefix`: a micro-batch holds whole groups, each prompt runs once and its G
-  completions attend to its KV cache (rlx.models.forward.shared_prefix_logprobs).
-- `algo.logprob_chunk` > 0: the LM head runs that many tokens at a time, only on the positions the
-  loss uses (rlx.models.logprob_head).
-"""
+"""How the update splits a rollout batch into micro-batches, and the forward of one micro-batch. Token weights come
+from the full batch, so every split gives the same loss and gradient (the knobs: docs/lean.md)."""
 
 from __future__ import annotations
 
@@ -42,8 +30,7 @@ class MicroBatch:
 
 
 def _units(batch, shared: bool) -> list[torch.Tensor]:
-    """Row indices that must share a micro-batch: one row each, or (shared) each run of consecutive
-    rows of one group with one prompt."""
+    """Row indices that share a micro-batch: one row each, or (shared) each run of one group's rows with one prompt."""
     N = len(batch)
     if not shared:
         return [torch.tensor([i]) for i in range(N)]
@@ -56,8 +43,7 @@ def _units(batch, shared: bool) -> list[torch.Tensor]:
 
 
 def _bins(units: list[torch.Tensor], batch, size: int, tokens: int, shared: bool) -> list[torch.Tensor]:
-    """Consecutive units into bins of at most `size` rows (a unit larger than that stays whole) and,
-    with `tokens` > 0, at most that many padded tokens (a unit larger than that stays whole)."""
+    """Consecutive units into bins of at most `size` rows and (`tokens` > 0) padded tokens; a big unit stays whole."""
     clen, plen = batch.completion_mask.sum(1), batch.prompt_mask.sum(1)
     bins, cur, cp, ct, cu = [], [], 0, 0, 0
 
@@ -82,11 +68,8 @@ def _bins(units: list[torch.Tensor], batch, size: int, tokens: int, shared: bool
 
 def micro_batches(batch, a, dev, need: torch.Tensor | None = None,
                   frozen: torch.Tensor | None = None) -> list[MicroBatch]:
-    """Split `batch` for the update by the algo config `a` (micro_batch_size, micro_batch_tokens,
-    trim_padding, shared_prefix). `need` [N, T]: positions whose log-prob the loss and metrics use
-    (the head skips the others when algo.logprob_chunk > 0). `frozen` [N] bool: rows whose loss
-    term is 0 whatever their log-probs (zero advantage, no KL); on the binned path they go into
-    micro-batches of their own, marked grad=False, which the update runs forward only."""
+    """Split `batch` by the algo config `a`. `need` [N, T]: positions the loss and metrics use (the chunked head skips
+    the rest). `frozen` [N] bool: rows whose loss term is 0 anyway; the binned path runs them apart, forward only."""
     N, P, T = len(batch), batch.prompt_ids.shape[1], batch.completion_ids.shape[1]
     size, tokens, shared = a.micro_batch_size, a.micro_batch_tokens, a.shared_prefix
     trim = a.trim_padding or tokens > 0

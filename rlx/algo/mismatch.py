@@ -1,17 +1,7 @@
 """The mismatch split (`algo.mismatch_split_every`): where the trainer-vs-engine log-ratio comes from.
 
-For a completion token sampled by the engine under weights version v, with the trainer now at
-version c (c = step - 1 when step `step` updates):
-
-    total     = log pi_c(y) - log mu_v(y)           (what the correction sees)
-    engine    = log pi_v(y) - log mu_v(y)           (same weights, two numerics: engine, dtype, quantized base, AQN)
-    staleness = log pi_c(y) - log pi_v(y)           (same numerics, two weight versions)
-
-so total = engine + staleness token by token. pi_v needs the weights of version v: the stale and
-async schedules keep the trainable tensors (the LoRA adapter) of every version they may still
-sample from (the rollout schedule's `versions()`), and the sync schedule's is the current one. Costs one
-no-grad forward of the batch per distinct version, every N steps.
-"""
+For a token sampled under version v, trainer at c: engine = log pi_v - log mu_v, staleness = log pi_c - log pi_v,
+total = their sum (docs/engine.md, The split); pi_v uses version v's adapter, kept by the schedule (`versions()`)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,13 @@
-"""One policy update from a shaped rollout batch: advantages, full-batch token weights, mu passes
-over micro-batches, ratio against the rollout's behaviour log-probs, one optimizer step per pass.
+"""One policy update from a shaped rollout batch: advantages, full-batch token weights, mu passes over
+micro-batches, ratio against the rollout's behaviour log-probs, one optimizer step per pass.
 
-`Update` binds what a run's updates share (the algo config, the rollout values the update reads,
-the trainer device, the LR schedule, training noise, the KL reference) once, at build; each step
-calls `update(policy, opt, shaped, dp, step)`, which runs `prepare` (advantages, masks, full-batch
-weights, micro-batches) -> `reference` (the KL reference's log-probs; the trainer's own pre-update
-log-probs are taken in pass 0 at no extra forward) -> `train_passes` -> `summarise` (metrics).
-
-Departures from textbook GRPO, each a config knob: token weights come from the FULL batch before
-micro-batching (the loss does not depend on the split); `algo.tis_cap > 0` adds truncated
-importance sampling against the rollout engine (verl's TIS): the PPO/CISPO/GSPO ratio is then taken
-against the trainer's own log-probs of the batch before the update, and every token's loss is
-weighted by min(exp(trainer - rollout), C), which corrects for engines (vLLM, bf16, quantized)
-that never match the trainer bit for bit; `algo.correction` generalizes it (sequence / geometric
-weights, masking: rlx.algo.correction). The first pass also measures that mismatch
-(`rollout/logprob_diff/*`, verl's rollout_probs_diff) at no extra forward.
-"""
+`Update` runs `prepare` -> `reference` -> `train_passes` -> `summarise`. Full-batch token weights make the loss
+independent of the split; `algo.tis_cap` / `algo.correction` weight tokens against the engine (docs/engine.md)."""
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -40,12 +27,6 @@ from rlx.run.checkpoint import NonFiniteError
 from rlx.run.distributed import World
 
 
-@contextmanager
-def _adapters_off(policy):
-    with policy.disable_adapter():
-        yield policy
-
-
 @dataclass(eq=False)
 class Prepared:
     """What every pass of one update reads, computed once from the batch (rows [N], columns [T])."""
@@ -63,11 +44,7 @@ class Prepared:
 
 @dataclass(eq=False)
 class Update:
-    """A run's policy update, bound once at build; `update(policy, opt, shaped, dp, step)` per step.
-
-    `ref_policy`: the frozen reference for the KL term (full fine-tuning keeps a copy); None = the
-    policy itself with its LoRA adapters disabled. `train_noise`: AQN applied to the training forward
-    too (noise.apply_in_train_forward), else None."""
+    """A run's policy update, bound once at build; `update(policy, opt, shaped, dp, step)` per step."""
 
     algo: AlgoConfig
     temperature: float  # rollout.temperature: the log-probs are those of the sampling distribution
@@ -75,34 +52,28 @@ class Update:
     mask_interrupted: bool  # rollout.interrupt.mask_interrupted: interrupted rows leave the loss
     trainer: object  # rlx.run.device.DeviceSpec: device and autocast dtype
     sched: object  # the LR scheduler of the optimizer passed to each call (stepped once per pass)
-    train_noise: object = None
-    ref_policy: torch.nn.Module | None = None
+    train_noise: object = None  # AQN in the training forward too (noise.apply_in_train_forward), else None
+    ref_policy: torch.nn.Module | None = None  # the frozen KL reference (full fine-tuning); None = adapters disabled
     hold_packed_base: bool = True  # a packed (QeRL) base dequantized once per update, not at every forward
 
     @classmethod
     def from_config(cls, cfg, trainer, sched, train_noise=None, ref_policy=None, algo: AlgoConfig | None = None
                     ) -> Update:
-        """From the composed config: its algo group (`algo`: already converted, not checked again) and the
-        three rollout values the update reads."""
+        """From the composed config: its algo group (`algo`: already converted) and the rollout values it reads."""
         r = cfg.rollout
         return cls(algo if algo is not None else as_config(cfg.algo), r.temperature, r.max_new_tokens, r.interrupt.mask_interrupted,
                    trainer, sched, train_noise, ref_policy)
 
     def __call__(self, policy, opt, shaped: Shaped, dp: DataParallel | None, step: int) -> tuple[dict, int]:
-        """Train on `shaped.batch` (rows [N] with rewards [N]); returns (metrics, trained tokens).
-
-        `dp` (rlx.algo.data_parallel.DataParallel; None = one process): on N ranks every rank holds the same
-        global batch, computes the same advantages and token weights, and backpropagates only its share
-        of the micro-batches; gradients and statistics are summed across ranks, so the step is the
-        single-process one."""
+        """Train on `shaped.batch` (rows [N], rewards [N]); returns (metrics, trained tokens). `dp` (None: one
+        process): each rank backpropagates its share of the micro-batches, so the step is the single-process one."""
         dp = dp if dp is not None else DataParallel(policy, World())
         batch = shaped.batch
         m: dict = {"train/num_sequences": len(batch)}
         if len(batch) == 0:
             return m, 0
         prep = self.prepare(batch, shaped.rewards, dp)
-        # the frozen packed base does not change within an update: each weight is dequantized once here
-        # instead of at every micro-batch's forward and checkpointed recompute (the same values; one copy)
+        # the frozen packed base is dequantized once here, not at every micro-batch's forward (the same values)
         with held_dequantized(policy) if self.hold_packed_base else nullcontext():
             prep.ref = self.reference(policy, prep)
             policy.train()
@@ -123,9 +94,8 @@ class Update:
             mask = mask_truncated(mask, batch.interrupted)
         weights = token_weights(mask, group, a, self.max_new_tokens).to(dev)  # [N, T] FULL-batch normalizers
         rollout_logp = batch.logprobs.to(dev)  # [N, T] behaviour log-probs from the engine
-        # rows whose loss term is 0 whatever the policy (zero advantage and no KL: a zero-variance group) need
-        # no backward; they are binned apart either way (N ranks split the batch as one process does), and
-        # skipped only in one process (DDP's ranks must run the same backwards)
+        # rows whose loss term is 0 whatever the policy (zero advantage, no KL) need no backward: binned apart
+        # either way (N ranks split as one process does), skipped only in one process (DDP runs every backward)
         frozen = (adv == 0).cpu() if a.forward_only_zero_adv and a.beta == 0 else None
         micro = dp.assign(micro_batches(batch, a, dev, need=batch.loss_mask, frozen=frozen))
         entropy = torch.zeros_like(rollout_logp) if batch.entropy is None else None
@@ -133,19 +103,17 @@ class Update:
                         torch.zeros_like(rollout_logp), entropy)
 
     def reference(self, policy, prep: Prepared) -> Tensor | None:
-        """The KL reference's log-probs [N, T] (a frozen copy, or the policy with adapters disabled); None
-        without a KL term. The trainer's own pre-update log-probs come from pass 0 (no extra forward)."""
+        """The KL reference's log-probs [N, T] (frozen copy, or the policy with adapters off); None without KL."""
         a = self.algo
         if not a.beta > 0:
             return None
-        ref_ctx = nullcontext(self.ref_policy) if self.ref_policy is not None else _adapters_off(policy)
-        with ref_ctx as ref_model, autocast(self.trainer):
+        ref_model = policy if self.ref_policy is None else self.ref_policy
+        with nullcontext() if self.ref_policy is not None else policy.disable_adapter(), autocast(self.trainer):
             return batch_logprobs(ref_model, [mb for mb, _ in prep.micro], prep.rollout_logp, self.temperature,
                                   a.fp32_lm_head, a.logprob_chunk)
 
     def train_passes(self, policy, opt, prep: Prepared, dp: DataParallel, step: int):
-        """algo.mu passes over the micro-batches, one optimizer step each. Returns (metric accumulators,
-        the last pass's tokens on this rank, the last gradient norm, trained tokens)."""
+        """algo.mu passes, one step each: (accumulators, this rank's last-pass tokens, grad norm, trained tokens)."""
         params = [p for p in policy.parameters() if p.requires_grad]
         agg: dict[str, float] = {}
         trained_tokens, tok_total, grad_norm = 0, 0.0, None
@@ -232,7 +200,6 @@ class Update:
             if prep.entropy is not None:
                 dp.world.all_reduce(prep.entropy)
         cmask = batch.loss_mask.to(self.trainer.device)
-        # every step: |diff|, KL, quantiles, weights
         m.update(mismatch_metrics(prep.first_logp, prep.rollout_logp, cmask, prep.corr))
         if prep.entropy is not None:
             m["actor/entropy"] = ((prep.entropy * cmask).sum() / cmask.sum().clamp(min=1)).item()

@@ -1,6 +1,5 @@
-"""algo's shaping step (`Shaping`, bound once at build and called by the loop every step) and its helpers:
-DAPO overlong punishment, ScaleRL's pass-rate curriculum, dynamic sampling / zero-variance filter,
-truncation masking."""
+"""algo's shaping step (`Shaping`, bound at build, called every step) and its helpers: DAPO overlong punishment,
+ScaleRL's pass-rate curriculum, dynamic sampling / zero-variance filter, truncation masking."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ from rlx.algo.curriculum import PassRateCurriculum
 
 
 def overlong_penalty(lengths: Tensor, cfg: AlgoConfig, max_new_tokens: int) -> Tensor:
-    """DAPO soft overlong punishment [N] (added to the reward).
-
-    0 if len <= L_max - L_cache; ((L_max - L_cache) - len) / L_cache inside the last L_cache tokens;
-    -1 beyond L_max. L_max = cfg.overlong_max_len or max_new_tokens, L_cache = cfg.overlong_cache.
-    """
+    """DAPO soft overlong punishment [N] (added to the reward): 0 if len <= L_max - L_cache,
+    ((L_max - L_cache) - len) / L_cache inside the last L_cache tokens, -1 beyond L_max;
+    L_max = cfg.overlong_max_len or max_new_tokens, L_cache = cfg.overlong_cache."""
     l_max = cfg.overlong_max_len or max_new_tokens
     l_cache = cfg.overlong_cache
     if l_max <= 0 or l_cache <= 0 or l_cache >= l_max:
@@ -91,11 +88,8 @@ def shape_batch(batch, rewards: Tensor, cfg: AlgoConfig, group_size: int, prompt
 
 @dataclass
 class Shaping:
-    """The shaping step of one run, bound at build, in the order the loop calls it:
-    `rewards(batch, rewards)` adds DAPO's overlong punishment (algo.overlong_shaping) to scored rewards
-    (the step's batch and every refill, before any metric reads them); `shape(...)` records the step's
-    pass rates in ScaleRL's curriculum (algo.no_positive_resampling: solved prompts retire, so refills
-    and later steps skip them) and then refills or drops zero-variance groups (`shape_batch`)."""
+    """The run's shaping step, bound at build: `rewards` adds DAPO's overlong punishment to scored rewards (the batch's
+    and refills'); `shape` gives ScaleRL's curriculum the pass rates, then refills or drops zero-variance groups."""
 
     algo: AlgoConfig
     group_size: int  # rollout.group_size
