@@ -1,10 +1,6 @@
 """`rlx-bench NAME [args]` and `rlx-gpu-check [args]`: a benchmark of the checkout's benchmarks/ folder, as
-`python -m benchmarks.NAME [args]` (`rlx-gpu-check` is `benchmarks.gpu_check`, docs/gpu.md).
-
-Benchmarks and the GPU check measure rlx; they are not part of the library, so pip does not install them
-(docs/README.md). These commands find the checkout rlx is installed from (`pip install -e .`) and run the
-benchmark from it, in the current directory, so its outputs land where the user is.
-"""
+`python -m benchmarks.NAME [args]` (`rlx-gpu-check` is `benchmarks.gpu_check`, docs/gpu.md), run from the checkout
+rlx is installed from (`pip install -e .`; pip installs no benchmarks), in the current directory, where outputs land."""
 
 from __future__ import annotations
 

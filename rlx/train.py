@@ -1,19 +1,12 @@
 """rlx training entry point: `python -m rlx.train [overrides]`.
 
-One RL experiment, top to bottom: `run` holds the run directory (its lock, a run that finished before,
-the torchrun process group), `build` makes the parts the config names, and `train` is the loop, whose
-body is one RL step's calls in order:
+One RL experiment, top to bottom: `run` holds the run directory, `build` makes the parts the config names,
+and `train` is the loop, whose body is one RL step's calls in order:
 
     generate -> score -> shape -> update -> extrapolate -> sync -> evaluate (when due) -> log -> checkpoint
 
-each a function of its package (rlx.rollout, rlx.tasks, rlx.algo, rlx.extrapolation), with the
-`train.callbacks` (rlx.run.callbacks) called at each step's start and end. Where the loop departs from
-textbook GRPO, the function says so (and the config switch is off by default): AQN noise lives in the
-rollout engine's weights, token normalizers come from the full batch, dynamic sampling refills, NExt
-jumps the adapter ahead, and `rollout.mode` decides which policy version generated the batch (sync /
-stale / async: rlx.rollout.schedule; the loss takes its ratio against the behaviour log-probs the
-engine returned, whatever version that was).
-"""
+each a function of its package, with `train.callbacks` (rlx.run.callbacks) at each step's start and end.
+Departures from textbook GRPO are config switches, off by default, named where they act (docs/engine.md)."""
 
 from __future__ import annotations
 
@@ -64,8 +57,7 @@ from rlx.tasks.tripwires import TripwireMonitor
 
 register_configs()
 
-# metrics that measure time or the machine's load; everything else in metrics.jsonl is a deterministic
-# function of the seed
+# metrics that measure time or the machine's load; everything else in metrics.jsonl is a function of the seed
 TIMING_PREFIXES = ("timing_s/", "perf/tokens_per_s", "perf/compute/gpu_hours", "extrap/time_s/", "perf/threads")
 
 _log = say  # under Hydra: its job logging (the console and <run_dir>/train.log); called directly: stdout
@@ -83,8 +75,7 @@ def main(cfg: DictConfig) -> float:
     # under torchrun, a rank that raises leaves its traceback where torchrun reports it, with the rank
     run_ = record(run)
     if hc.mode == RunMode.MULTIRUN:
-        # In a sweep, one failing arm must not stop the others: its summary.json says "failed"
-        # (with the error) and the reports mark it; the traceback goes to the job's log.
+        # one failing arm must not stop the others: its summary.json says "failed", the traceback goes to its log
         try:
             return float(run_(cfg, run_dir)["val/acc"])
         except Exception as e:
@@ -96,8 +87,7 @@ def main(cfg: DictConfig) -> float:
 
 
 def run(cfg: DictConfig, run_dir: Path) -> dict:
-    """The run in `run_dir`: held by this process (rlx.run.lock), nothing to do if it finished before, else
-    built and trained; under torchrun, every rank in rank 0's run directory and one process group."""
+    """The run in `run_dir` (torchrun: rank 0's): held by this process, skipped if it finished before, else trained."""
     t_start = time.time()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -173,14 +163,12 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
     policy, tok = dist.main_first(world, lambda: build_policy(cfg, task, _log, trainer.device))
     seed_everything(cfg.seed)  # the same RNG streams whether the SFT base came from the cache or not
     ref_policy = reference_policy(cfg, policy)  # of the base as built: before a checkpoint is loaded
-    # the newest intact checkpoint's adapter, loaded into the whole module (before FSDP shards it); the
-    # rest of its state is restored by `resume` once everything is built
+    # the newest intact checkpoint's adapter, into the whole module before FSDP shards it (the rest: restore below)
     found = ckpt.load_latest(policy, _log) if cfg.train.resume == "auto" else None
     dp = DataParallel(policy, world, cfg.trainer.strategy, trainer.device)  # fsdp: before the optimizer
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.algo.lr, weight_decay=cfg.algo.weight_decay)
-    warm = max(1, cfg.algo.warmup_steps)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, functools.partial(_warmup, warm=warm))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, functools.partial(_warmup, warm=max(1, cfg.algo.warmup_steps)))
     shaping = Shaping.from_config(cfg)
     noise = build_noise(cfg.noise, cfg.train.steps, cfg.seed)
     sampling = SamplingParams.from_config(cfg.rollout)
@@ -213,8 +201,7 @@ def build(cfg, run_dir: Path, world: dist.World | None = None, trainer: DeviceSp
 
 
 def train(p: Parts, t_start: float, threads: ThreadGovernor | None = None) -> dict:
-    """The RL loop: the step-0 evaluation, then one step per pass, its calls in order. Returns the run's
-    summary, written to summary.json whether the run ends or fails."""
+    """The RL loop: the step-0 evaluation, then one step per pass. Returns summary.json's (written even on failure)."""
     cfg, world, state = p.cfg, p.world, p.state
     session = Session.open(cfg, p.run_dir, world, state.run_id, state.start_step)
     try:
@@ -265,8 +252,7 @@ def train(p: Parts, t_start: float, threads: ThreadGovernor | None = None) -> di
 
 
 def observe(p: Parts, step: int, m: dict, examples, batch, per_fn, rewards, passed) -> list | None:
-    """The rollout's metrics into `m` and its warnings into the log; returns the step's completion-table
-    rows (rlx.algo.completions; None unless due)."""
+    """The rollout's metrics into `m`, its warnings into the log; returns the completion rows (None unless due)."""
     m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, p.cfg.rollout.group_size, examples))
     if batch.env_reward is not None:  # the part of train/reward/mean the environment paid (env/reward/mean also counts eval)
         m["train/env_reward/mean"] = batch.env_reward.float().mean().item()
@@ -281,9 +267,8 @@ def observe(p: Parts, step: int, m: dict, examples, batch, per_fn, rewards, pass
 
 
 def shape(p: Parts, step: int, m: dict, examples, batch, rewards, passed):
-    """ScaleRL's curriculum records the pass rates, then dynamic sampling refills / the filter drops groups.
-    Returns the shaped batch, the examples the step consumed, refills included (the prompt ledger), and the
-    tokens it generated."""
+    """Curriculum, then dynamic sampling's refill or the zero-variance filter (rlx.algo.Shaping). Returns the
+    shaped batch, the examples consumed, refills included (the prompt ledger), and the tokens generated."""
     consumed = list(examples)
     shaped = p.shaping.shape(examples, batch, rewards, passed, refill=functools.partial(
         refill, p.schedule, p.policy, p.curriculum, p.task, p.shaping, step, consumed))
