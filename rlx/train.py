@@ -254,7 +254,7 @@ def train(p: Parts, t_start: float, threads: ThreadGovernor | None = None) -> di
 def observe(p: Parts, step: int, m: dict, examples, batch, per_fn, rewards, passed) -> list | None:
     """The rollout's metrics into `m`, its warnings into the log; returns the completion rows (None unless due)."""
     m.update(rollout_metrics(p.task, batch, rewards, per_fn, passed, step, p.cfg.rollout.group_size, examples))
-    if batch.env_reward is not None:  # the part of train/reward/mean the environment paid (env/reward/mean also counts eval)
+    if batch.env_reward is not None:  # the part of train/reward/mean the environment paid
         m["train/env_reward/mean"] = batch.env_reward.float().mean().item()
     for warning in p.tripwires.update(step, m):  # a hack tripwire's moving mean crossed its threshold
         _log(warning)

@@ -15,12 +15,14 @@ the training loop adds to the task's rewards (rlx.train.score) before advantages
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from rlx.envs.driver import Budget, run_episodes
 from rlx.rollout.base import RolloutBatch
 
 _OWN = ("engine", "make_env", "budget", "_window", "_lock")
+_UNCOUNTED = threading.local()  # set by `uncounted` on the thread generating episodes that env/* must not count
 
 
 def episode_counts(ep) -> dict:
@@ -87,9 +89,24 @@ class EnvEngine:
     def generate(self, prompts, n, sampling, generator, seeds=None) -> RolloutBatch:
         out = run_episodes(self.engine, self.make_env, list(prompts), n, sampling, generator, self.budget, seeds=seeds)
         out.batch.env_reward = out.rewards  # [N] the per-turn rewards summed: rlx.train.score adds them to the task's
-        with self._lock:
-            self._window.extend(out.episodes)
+        self._count(out.episodes)
         return out.batch
+
+    @staticmethod
+    @contextlib.contextmanager
+    def uncounted():
+        """Episodes this thread generates inside are not in env/* (the held-out evaluation's: env/* describe the
+        episodes trained on, and a resumed run must log what the uninterrupted one logged)."""
+        _UNCOUNTED.on = True
+        try:
+            yield
+        finally:
+            _UNCOUNTED.on = False
+
+    def _count(self, episodes: list) -> None:
+        if not getattr(_UNCOUNTED, "on", False):
+            with self._lock:
+                self._window.extend(episodes)
 
     gathers_metrics = True  # rlx.rollout.sharded.ShardedEngine passes its gather to `metrics`
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import sys
 import time
 from dataclasses import dataclass
@@ -258,7 +260,8 @@ class Evaluator:
     def __call__(self, schedule, policy, step: int) -> dict:
         g = eval_generator(self.seed, step)
         bar = None if self.progress else False
-        with schedule.serving(policy, step) as engine:  # the current policy, whatever the schedule samples from
+        with schedule.serving(policy, step) as engine, getattr(engine, "uncounted", contextlib.nullcontext)():
+            # the current policy, whatever the schedule samples from; its episodes are not training's env/*
             results = run_eval(engine, self.task, self.rollout, g, self.sampling, label=f"[eval] step {step}",
                                show=self.world.is_main, bar=bar, by_speed=not self.world.distributed)
         val = val_metrics(results, self.task.named_eval)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from rlx.models import sft
 from rlx.models.config import chat_template_text
@@ -93,7 +94,7 @@ def load_base(cfg, task, log=print, device: torch.device | str = "cpu"):
         path = sft.warm_start(cfg, task, tok, lambda: _sft_start(cfg, log), _start_dir(cfg, log), log, device)
         return _load_dir(path, cfg.model.dtype, log), tok
     if cfg.model.source == "tiny":
-        model, tok, _ = load_or_build_tiny(cfg.model, cfg.task, task, log, tok)
+        model, tok, _ = load_or_build_tiny(cfg.model, warm_start_data(cfg), task, log, tok)
         return model, tok
     return load_hf(cfg.model, log, tok)
 
@@ -121,12 +122,23 @@ def count_params(model) -> int:
     return sum(q.numel() for q in model.parameters()) + packed
 
 
+def warm_start_data(cfg):
+    """What the tiny base's SFT warm start trains on, for its cache key: the task group's training split, or an
+    environment's own dataset (env=verifiers brings its rows; two environments on one task group must not share
+    a base)."""
+    env = cfg.get("env")
+    if env is not None and env.get("name") == "verifiers":
+        args = OmegaConf.to_container(env.args, resolve=True) if OmegaConf.is_config(env.args) else env.args
+        return {"env": {"id": str(env.id), "args": args or {}}}
+    return cfg.task
+
+
 def base_dir(cfg) -> Path:
     """The base model's HF checkpoint directory (what vLLM loads): the SFT stage's result with model.sft.data."""
     if sft.enabled(cfg.model):
         return sft.sft_dir(cfg, _start_dir(cfg))
     if cfg.model.source == "tiny":
-        return Path(cfg.model.cache_dir).expanduser().resolve() / f"tiny-{cache_key(cfg.model, cfg.task)}"
+        return Path(cfg.model.cache_dir).expanduser().resolve() / f"tiny-{cache_key(cfg.model, warm_start_data(cfg))}"
     return _hf_path(cfg.model)
 
 

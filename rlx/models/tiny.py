@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlx.models.config import LEGACY_SFT_KEYS
+from rlx.models.config import LEGACY_SFT_KEYS, chat_template_text
 from rlx.models.forward import token_logprobs
 from rlx.models.sft.loop import schedule
 from rlx.models.tokenizer import build_char_tokenizer
@@ -35,6 +35,8 @@ def cache_key(model_cfg, task_cfg) -> str:
     m = {k: v for k, v in m.items() if k not in ("lora", "cache_dir", "path", "dtype")}
     if m.get("chat_template") is None:  # keys added later leave the keys of existing caches unchanged
         m.pop("chat_template", None)
+    else:  # the template's text: a file named by path is keyed by what it holds
+        m["chat_template"] = chat_template_text(m["chat_template"])
     if not m.get("chat_prompts"):
         m.pop("chat_prompts", None)
     m.pop("gguf_file", None)  # the gguf source's key, no part of the tiny model

@@ -336,6 +336,25 @@ def test_the_tiny_warm_start_keeps_its_cache_keys():
         assert cache_key(cfg.model, cfg.task) == key, over
 
 
+def test_the_tiny_base_is_keyed_by_its_chat_template_text_and_an_environments_own_data(tmp_path):
+    """A template named by path keys as the text it holds (an edited file is a new base, the same text inline
+    or by path one base); env=verifiers trains the warm start on the environment's rows, so its id and args
+    key the base where the task group does not (env=trl and rlx's own environments use the task group's)."""
+    from rlx.models import base_dir
+
+    text = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (tmp_path / "t.jinja").write_text(text)
+    inline, by_path = compose(TINY), compose(TINY + [f"model.chat_template={tmp_path / 't.jinja'}"])
+    inline.model.chat_template = text
+    assert base_dir(inline) == base_dir(by_path)
+    (tmp_path / "t.jinja").write_text(text + "!")
+    assert base_dir(by_path) != base_dir(inline)
+    vf = ["env=verifiers", "env.id=some_env"]
+    keys = {base_dir(compose(TINY + over)) for over in ([], ["env=calculator"], vf, vf + ["env.args={n: 3}"],
+                                                       ["env=verifiers", "env.id=other_env"])}
+    assert len(keys) == 4  # env=calculator shares the task group's base
+
+
 # ---- the held-out slice is never SFT data -----------------------------------------------------------
 
 def _file_task(tmp_path, extra=()):

@@ -28,6 +28,13 @@ from tests.faults import fail_overrides
 
 pytestmark = pytest.mark.integration
 
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 # the suite's tiny model at head_dim 32 (vLLM's CPU attention needs >= 32) on an easy task, in fp32 on every
 # CPU kind; one SFT base for every row (the model and task keys are the same)
 BASE = ["model.hidden_size=64", "model.num_heads=2", "model.num_kv_heads=1", "task.num_terms=2", "task.max_operand=6",
@@ -48,6 +55,12 @@ AXES = {
                            "extrapolation.lr=1e-3"]},
 }
 JUMP = 4
+# an environment from the ecosystem (docs/envs.md): its own dataset and rubric, episodes through rlx's client
+VERIFIERS = ["env=verifiers", f"env.id={ROOT / 'examples' / 'envs' / 'wordproblems_vf.py'}",
+             "env.args={n_train:24,n_eval:4,steps:1,max_operand:9}",
+             f"model.chat_template={ROOT / 'tests' / 'envs' / 'plain_chat.jinja'}", "model.max_position_embeddings=512",
+             "rollout.max_new_tokens=64", "rollout.eval_k=0", "model.sft.steps=150"]  # rewards that vary from step 1
+ENVS = {"none": [], "verifiers": VERIFIERS}
 
 
 @dataclass(frozen=True)
@@ -59,10 +72,11 @@ class Row:
     ranks: int
     fail_at: int  # the step that raises; the rerun resumes from the checkpoint before it (ckpt_every 2)
     fail_rank: int = -1
+    env: str = "none"
 
     @property
     def overrides(self) -> tuple[str, ...]:
-        return tuple(BASE + [o for axis in AXES for o in AXES[axis][getattr(self, axis)]])
+        return tuple(BASE + [o for axis in AXES for o in AXES[axis][getattr(self, axis)]] + ENVS[self.env])
 
     @property
     def config(self) -> tuple:
@@ -71,7 +85,8 @@ class Row:
 
     def __str__(self) -> str:
         rank = f"-rank{self.fail_rank}" if self.fail_rank >= 0 else ""
-        return f"{self.engine}-{self.mode}-{self.finetune}-{self.component}-x{self.ranks}-fail{self.fail_at}{rank}"
+        env = f"-{self.env}" if self.env != "none" else ""
+        return f"{self.engine}-{self.mode}-{self.finetune}-{self.component}-x{self.ranks}-fail{self.fail_at}{rank}{env}"
 
 
 ROWS = [
@@ -82,6 +97,8 @@ ROWS = [
     Row("hf", "sync", "full", "none", 1, fail_at=3),
     Row("vllm", "sync", "lora", "next", 1, fail_at=JUMP),  # resumes from step 2, before the jump
     Row("hf", "sync", "lora", "none", 2, fail_at=3, fail_rank=1),
+    pytest.param(Row("hf", "sync", "lora", "none", 1, fail_at=3, env="verifiers"),
+                 marks=pytest.mark.skipif(not _has("verifiers"), reason="the envs extra is not installed")),
 ]
 
 
@@ -182,7 +199,7 @@ def _assert_async_shape(ref: list[dict], run: list[dict], run_dir: Path) -> None
     assert len(trained) == len(set(trained))  # no prompt trained twice across the failure
 
 
-@pytest.mark.parametrize("row", ROWS, ids=str)
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: str(r))
 def test_a_run_resumed_after_a_failure_equals_the_uninterrupted_run(row, uninterrupted, tmp_path):
     ref_dir = uninterrupted(row)
     ref = strip_timing(read_metrics(ref_dir))

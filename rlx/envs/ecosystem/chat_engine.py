@@ -68,8 +68,7 @@ class ChatEngine(EnvEngine):
         episodes = [rec.episode for rec in records]
         batch = _batch(episodes, len(prompts), n, self.tok_.pad_token_id)
         self._finish(batch, episodes, results)
-        with self._lock:
-            self._window.extend(episodes)
+        self._count(episodes)
         return batch
 
     async def _episodes(self, inputs: list, n: int, records: list[Record], sampling, generator) -> list:
