@@ -2,12 +2,9 @@
 
     run_episodes(engine, make_env, prompts, n, sampling, generator, budget) -> Rollout(batch, rewards, episodes)
 
-Each turn is one `engine.generate(contexts, 1, ...)` call over the episodes still running, every context
-given as token ids (prompt + every turn so far), so the engine continues exactly the tokens it sampled
-and the environment wrote: nothing is decoded and encoded again. The policy's tokens of a turn are kept
-as sampled, up to the first stop string (a tool call's closing tag, which the engine is given as
-SamplingParams.stop so that it ends the turn there; tokens an engine sampled past it are dropped, which
-leaves the kept ones' behaviour log-probs exact) and up to the episode's budget.
+Each turn is one `engine.generate(contexts, 1, ...)` call over the episodes still running, every context given
+as token ids (prompt + every turn so far): nothing is decoded and encoded again. A turn's policy tokens are kept
+as sampled, up to the first stop string (given to the engine as SamplingParams.stop) and the episode's budget.
 
 The batch (rlx.rollout.base.RolloutBatch, rows prompt-major like engine.generate):
   prompt_ids / prompt_mask   [N, P]  the prompt each episode started from (env.reset's)
@@ -23,13 +20,7 @@ The batch (rlx.rollout.base.RolloutBatch, rows prompt-major like engine.generate
   texts                      [N]     the last policy turn's text: the answer the task's rewards score
 Rewards the environment gave per turn are summed per episode (`Rollout.rewards` [N]).
 
-Budgets: `sampling.max_tokens` bounds the whole completion (policy + environment tokens), so every
-bound that reads rollout.max_new_tokens (KV cache size, the tiny model's context, DAPO's overlong
-penalty) still holds; `Budget.max_turns` policy turns, `turn_tokens` per turn, `reply_tokens` per reply.
-
-Seeds: row i's first turn samples from seeds[i] (so an episode whose first turn ends it equals the
-engine's own single-turn sample), turn t > 0 from a seed derived from (seeds[i], t): an episode's tokens
-depend on its seed alone, never on which other episodes share the batch (rlx.rollout.base.draw_seeds).
+Budgets (`Budget`) and seeds (an episode's tokens depend on its seed alone): docs/envs.md, "Budgets", "Seeds".
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """env=trl: a TRL-style environment class (what `GRPOTrainer(environment_factory=...)` takes) trained by rlx.
 
-The contract, as TRL 1.x reads it (trl/trainer/grpo_trainer.py):
-- `env.factory` names a zero-argument callable (the class itself, usually): `pkg.module:Class`, `pkg.module.Class`
-  or `path/to/file.py:Class`; the class must define `reset`;
-- tools: every public function of the class (`inspect.getmembers(type(env), inspect.isfunction)`) except
-  `reset` and `get_reward`, called bound to the instance; their schemas are transformers' `get_json_schema` of
-  the bound methods (type hints and a Google-style docstring, what TRL's `apply_chat_template(tools=...)`
-  renders); async methods are awaited;
-- an episode: `reset(**row)` with the task's row (`prompt`: its chat messages, and every column); a string it
-  returns is appended to the last user message; then model calls until a reply calls no tool (or a budget
-  ends it); each tool call runs `method(**arguments)`, its result `str()`-ed into a `tool` message
-  (`{"role": "tool", "name": ..., "content": ...}`); a call that raises, or names no tool, answers
-  `{'error': '<message>'}` (counted in env/tool_failures);
-- reward: `get_reward()` once per finished episode, when the class defines it, goes into the batch's
-  `env_reward` (added to the task's rewards with weight 1, as TRL adds it beside `reward_funcs`); the task
-  group's rewards score the last reply's text as always.
-
-Instances are pooled, as TRL does: one per concurrent episode, built once and `reset` for every episode.
-Every model call goes through rlx's client (rlx.envs.ecosystem.vf_client): the same token-level rules as
-env=verifiers (sampled tokens scored exactly, tool results and template tokens `forced`, a rewritten
-conversation refused), the same tool-call reading (`<tool_call>` JSON) and the same waves of calls.
+TRL 1.x's contract, point by point against rlx's, is the table in docs/envs.md ("env=trl"): `env.factory` names
+the class; its public functions but `reset`/`get_reward` are the tools, with transformers' `get_json_schema` of
+the bound methods as schemas; an episode is `reset(**row)`, then model calls until a reply calls no tool, each
+tool result a `tool` message; `get_reward()` once per finished episode is the batch's `env_reward`. Instances
+are pooled, one per concurrent episode. Every model call goes through rlx's client (vf_client): the same
+token rules as env=verifiers and the same waves of calls.
 """
 
 from __future__ import annotations

@@ -1,33 +1,15 @@
-"""The model client a verifiers environment calls instead of OpenAI's, backed by rlx's engine.
+"""The model client a verifiers environment calls instead of OpenAI's, backed by rlx's engine (docs/envs.md,
+"Turns and tokens").
 
-verifiers' rollout calls `client.chat.completions.create(model=..., messages=..., tools=..., **sampling_args)`
-once per model turn and reads an OpenAI ChatCompletion back. `RlxClient` (one per episode) answers it:
-
-- the first call's messages go through the policy's chat template once: the episode's prompt ids [P];
-- a later call must be the previous call's messages, the reply it got, and new messages (the environment's);
-  the tokens between the reply and the next generation (the template's closing of the assistant message,
-  the new messages, the next assistant header) are read off the template itself (the reply's content
-  replaced by a sentinel, the text after it) and appended as an `env` turn: context, never loss (`forced`).
-  The policy's tokens stay as sampled, never decoded and encoded again. A call that rewrites the
-  conversation, or a template that renders earlier turns differently from how they were sampled (one that
-  drops earlier reasoning), is refused by name: the run stops (`Refused`);
-- every call samples after the episode's exact token ids; `Waves` holds the calls until every episode still
-  running waits on one, then serves them all with one `engine.generate` (concurrent episodes, one engine
-  call per wave, never one per model call).
-
-Tool calls: when the call carries tool schemas (`tools`), the reply's text is read for Hermes/Qwen
-`<tool_call>` JSON blocks (rlx.envs.ecosystem.tool_calls) and returned as the message's OpenAI `tool_calls`
-(its content the text before them), what verifiers' ToolEnv reads. The tokens stay as sampled: the next
-call's bridge is read off the template with the reply's content replaced by the sentinel and its tool calls
-left out, so it holds the closing of the reply, the tool results and the next header only.
-
-`reply` is the call without OpenAI's types (a chat message in, the assistant message out): what a TRL-style
-environment's loop calls (rlx.envs.ecosystem.trl_env); `create` wraps it for verifiers.
-
-Budgets as rlx's own environments (rlx.envs.driver): `sampling.max_tokens` bounds the episode's whole
-completion (policy and environment tokens), `Budget.max_turns` its model calls, `Budget.turn_tokens` one call.
-A call past a budget is answered as an OpenAI server answers an overlong prompt (a 400 "maximum context
-length"), which verifiers turns into a truncated episode.
+`RlxClient` (one per episode) answers `client.chat.completions.create(...)`: the first call's messages are the
+episode's prompt ids; a later call must extend the previous one (its messages + the reply + new messages), and
+the tokens the template adds between the reply and the next generation are read off the template itself and
+appended as a forced `env` turn. The policy's tokens stay as sampled, never decoded and encoded again; a call
+that rewrites the conversation is refused by name (`Refused`). `Waves` holds the calls until every running
+episode waits on one, then serves them with one `engine.generate`. With tool schemas, `<tool_call>` JSON
+blocks in a reply become OpenAI `tool_calls` (rlx.envs.ecosystem.tool_calls). `reply` is the call without
+OpenAI's types (what rlx.envs.ecosystem.trl_env calls). A call past a budget is answered as an OpenAI server
+answers an overlong prompt (a 400), which verifiers turns into a truncated episode.
 """
 
 from __future__ import annotations
