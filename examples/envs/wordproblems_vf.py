@@ -19,15 +19,22 @@ from datasets import Dataset
 
 from rlx.tasks.wordproblems import make_problem
 
-_STATED = re.compile(r"####\s*(-?\d[\d,]*(?:\.\d+)?)")
+_STATED = re.compile(r"####[ \t]*(-?\d[\d,]*(?:\.\d+)?)[ \t]*")
 
 
 def stated_number(text: str) -> str | None:
-    """The number of the last '#### N' in `text`, written plainly ('1,200' -> '1200', '7.0' -> '7'), or None."""
-    found = _STATED.findall(text or "")
-    if not found:
+    """The answer the reply states, written plainly ('1,200' -> '1200', '7.0' -> '7'), or None: its last line
+    must be '#### N' with nothing else on it, and no other line may start a '####' answer. Looser readings (the
+    last '#### N' anywhere) pay for '#### 9^1', '#### 9 or so' and two conflicting answers: rlx-audit showed it."""
+    if len(text or "") > 20_000:  # not read: a reply this long is no answer (and a regex over it costs)
         return None
-    number = found[-1].replace(",", "")
+    lines = [line.strip() for line in (text or "").strip().splitlines()]
+    if not lines or sum(line.startswith("####") for line in lines) != 1:
+        return None
+    found = _STATED.fullmatch(lines[-1])
+    if found is None:
+        return None
+    number = found.group(1).replace(",", "")
     return number[:-2] if number.endswith(".0") else number
 
 

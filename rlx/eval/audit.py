@@ -33,6 +33,7 @@ def build(overrides: list[str]):
     """(cfg, task) as training builds them, before any model; a refused input raises ValueError naming it."""
     from omegaconf.errors import OmegaConfBaseException
 
+    from rlx.envs import env_task
     from rlx.eval.source import base_config
     from rlx.tasks import build_task
 
@@ -41,7 +42,7 @@ def build(overrides: list[str]):
         raise ValueError(f"{bad}: expected Hydra overrides key=value (e.g. task=gsm8k task.train_path=...)")
     cfg = base_config(overrides)
     try:
-        task = build_task(cfg.task)
+        task = env_task(cfg.env, cfg.seed, cfg.task) or build_task(cfg.task)  # env=verifiers: its rubric
         chat_prompts = bool(cfg.model.get("chat_prompts", False))
     except OmegaConfBaseException as e:  # a mandatory key left unset (???), a bad interpolation: named
         raise ValueError(f"{e}".splitlines()[0]) from None
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if not examples:
             raise ValueError("the task has no examples to audit")
         chosen = [o.split("=", 1)[1] for o in args.overrides if o.startswith("task=")]
-        result = {"task": chosen[-1] if chosen else cfg.task.name, "overrides": list(args.overrides),
+        label = f"{task.name}:{task.env_id}" if hasattr(task, "env_id") else chosen[-1] if chosen else cfg.task.name
+        result = {"task": label, "overrides": list(args.overrides),
                   **audit(task, examples)}
     except (ValueError, FileNotFoundError, RewardFunctionError, WorkerSetupError) as e:
         raise SystemExit(f"rlx-audit: error: {e}") from None

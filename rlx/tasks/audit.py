@@ -99,7 +99,8 @@ def audit(task, examples: list[Example], classes: list[HackClass] | None = None)
         row["verdict"] = "n/a" if row["tried"] == 0 else ("PAID" if row["paid"] else "ok")
     control["verdict"] = "ok" if control["tried"] and control["paid"] == control["tried"] else "BROKEN"
     stats = task.reward_stats()
-    return {"rewards": {str(k): float(v) for k, v in task.cfg.rewards.items()}, "examples": len(examples),
+    weights = task.cfg.rewards or task.weights  # an environment's rubric: its functions' weights
+    return {"rewards": {str(k): float(v) for k, v in weights.items()}, "examples": len(examples),
             "answer_phrase": task.answer_phrase, "control": control, "classes": list(rows.values()),
             "paid": [r["class"] for r in rows.values() if r["verdict"] == "PAID"],
             "reward_events": {k: v for k, v in stats.items() if v}}
