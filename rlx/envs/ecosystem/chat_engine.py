@@ -1,19 +1,12 @@
 """ChatEngine: `engine.generate` runs chat episodes whose every model call goes through an RlxClient.
 
-The engine interface (rlx.rollout.base.RolloutEngine) is kept, as rlx.envs.engine.EnvEngine keeps it, so every
-schedule, the evaluation and the data-parallel wrapper run these episodes unchanged:
-
-    prompts -> each prompt's input (`_input`) -> n episodes each, all concurrent (asyncio), each driven by
-    `_episode(input, client)`, every model call through its rlx.envs.ecosystem.vf_client.RlxClient (one
-    engine.generate per wave of calls) -> one RolloutBatch (rlx.envs.driver's columns: `forced` on every
-    token between calls, so the loss is on the sampled tokens only), finished by `_finish` (texts, rewards)
-
-Subclasses: VerifiersEngine (a verifiers environment's rollout drives an episode) and TrlEngine (a TRL-style
-environment class's tools). Episode seeds as rlx's own environments: episode i's call k samples from
-turn_seed(seed_i, k), so an episode's tokens do not depend on which episodes share its waves. The episodes run
-on one event loop per engine, kept across calls (an environment may hold asyncio objects bound to it); a lock
-serialises generate calls. A failure inside a client (a refusal, the engine's error) is raised once every
-episode of the call has ended.
+It keeps the engine interface (rlx.rollout.base.RolloutEngine), as rlx.envs.engine.EnvEngine does, so every
+schedule, the evaluation and the data-parallel wrapper run these episodes unchanged: each prompt's input
+(`_input`) -> n concurrent episodes (asyncio, `_episode`), one engine.generate per wave of model calls -> one
+RolloutBatch (every token between calls `forced`), finished by `_finish`. Subclasses: VerifiersEngine and
+TrlEngine. Episode seeds, waves and budgets: docs/envs.md ("Turns and tokens"). The event loop is kept across
+calls (an environment may hold asyncio objects bound to it); a client's failure is raised once every episode
+of the call has ended.
 """
 
 from __future__ import annotations
