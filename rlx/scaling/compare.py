@@ -13,7 +13,7 @@ from rlx.run.records import Run, read_sweep
 from rlx.scaling.config import ScalingConfig, as_config, fitter_options
 from rlx.scaling.curves import CurveFit
 from rlx.scaling.fitting import fit_points, fit_sigmoid, fitted_points, target_compute
-from rlx.scaling.grouping import evaluations, group_by_recipe, pool, run_label
+from rlx.scaling.grouping import by_run, evaluations, group_by_recipe, pool
 from rlx.scaling.plot import Curve, save_curves
 
 
@@ -159,7 +159,7 @@ def compare_dir(root: str | Path, cfg=None, by: str = "recipe", kind: str | None
     runs = read_sweep(root) if runs is None else runs
     groups = group_by_recipe(runs, root)
     if by == "run":
-        groups = {run_label(r, label, root): [r] for label, members in groups.items() for r in members}
+        groups = by_run(groups, root)
     rows = [fit_group(label, members, cfg, kind) for label, members in groups.items()]
     finals = [r.final_compute for r in rows if np.isfinite(r.final_compute)]
     target = target_compute(cfg, max(finals) if finals else 0.0)

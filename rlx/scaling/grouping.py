@@ -133,6 +133,14 @@ def run_label(run: Run, recipe: str, root: Path) -> str:
     return f"{recipe} (seed={seed})" if seed is not None else f"{recipe} [{_relative(run.path, root)}]"
 
 
+def by_run(groups: dict[str, list[Run]], root: Path) -> dict[str, list[Run]]:
+    """One group per run, labelled by `run_label`; runs that share a label (one recipe and seed run twice under
+    root) also name their directory, so none is dropped."""
+    pairs = [(run_label(r, label, root), r) for label, members in groups.items() for r in members]
+    shared = {label for label, _ in pairs if sum(other == label for other, _ in pairs) > 1}
+    return {(f"{label} [{_relative(r.path, root)}]" if label in shared else label): [r] for label, r in pairs}
+
+
 def _short_key(key: str) -> str:
     return key[: -len(".name")] if key.endswith(".name") else key
 

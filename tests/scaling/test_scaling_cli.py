@@ -55,6 +55,15 @@ def test_compare_by_run_marks_failed_runs_and_short_runs(sweep, make_run, capsys
     assert _png_ok(sweep / "runs.png") and (sweep / "runs.md").is_file()
 
 
+def test_compare_by_run_keeps_two_runs_of_one_recipe_and_seed(sweep, make_run, capsys):
+    """A rerun of a recipe and seed somewhere else under the root is a row of its own, named by its directory."""
+    steps = np.arange(0, 201, 10)
+    make_run(sweep / "again" / "0", steps, steps * 1e12, 0.7 - 0.5 / (1 + steps / 50), algo="cispo", loss="cispo")
+    assert compare_main([str(sweep), "--by", "run", "--bootstrap", "0", "--prefix", "runs"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| algo=cispo (seed=0)")]
+    assert len(rows) == 2 and any("[again/0]" in r for r in rows), rows
+
+
 @pytest.mark.integration
 def test_fit_command_prints_intervals_and_prediction(sweep):
     proc = _python("-m", "rlx.scaling", "fit", str(sweep / "0"), "--target", "4e14", "--fit-fraction", "0.5", "--bootstrap", "30")
