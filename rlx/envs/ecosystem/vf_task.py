@@ -1,20 +1,12 @@
-"""VerifiersTask: a verifiers environment's dataset as rlx's prompts and its rubric as rlx's reward.
+"""VerifiersTask: a verifiers environment's dataset as rlx's prompts and its rubric as rlx's reward (docs/envs.md,
+"Prompts and rewards").
 
-- prompts: the environment's `dataset` rows (train) and its `eval_dataset` rows (evaluation); an environment
-  without an eval_dataset gives its last rows of a seeded shuffle to evaluation (HOLDOUT_FRAC of them, at most
-  HOLDOUT_MAX), never to training. A row's chat prompt is rendered by the policy's chat template with the
-  environment's tool schemas (`render_chat`), as the client renders it;
-- rewards: each of the rubric's functions is logged by its name (train/rewards/<name>), weighted by the
-  rubric's weight (a metric, weight 0, is logged and adds nothing); an example passes when the rubric's
-  first function of positive weight scores >= 1 (its correctness function, by verifiers' convention);
-- scoring: the rubric scores an episode's conversation and state as verifiers does (`Rubric.score_group`
-  over each prompt's episodes, so group reward functions see their group), in a spawn worker that loads
-  the environment itself (rlx.tasks.workers: a hard bound of env.reward_timeout_s per group; past it the
-  worker is killed, the group scores 0 and the timeout is counted in train/reward_timeouts).
-
-An episode's conversation and state reach `score` inside its completion text (`EpisodeText`, a str: every
-consumer of `batch.texts` reads it as the last reply's text). A completion text without one (a text scored
-again later) is scored as a single assistant message.
+Prompts are the `dataset` rows (train) and the `eval_dataset` rows; without one, the last rows of a seeded
+shuffle (HOLDOUT_FRAC, at most HOLDOUT_MAX) are held out. Each rubric function is logged by name, weighted by
+the rubric; an example passes when its first function of positive weight scores >= 1. The rubric scores each
+prompt's episodes with `Rubric.score_group` in a spawn worker bounded by env.reward_timeout_s per group.
+An episode's conversation and state reach `score` inside its completion text (`EpisodeText`, a str); a text
+without them (scored again later) is scored as a single assistant message.
 """
 
 from __future__ import annotations
