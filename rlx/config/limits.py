@@ -167,7 +167,8 @@ def check_fits(cfg, task) -> None:
     if cfg.model.get("chat_template"):
         tok.chat_template = chat_template_text(cfg.model.chat_template)
     r = cfg.rollout
-    prompt = max(_prompt_tokens(tok, e, cfg.model.chat_prompts) for e in examples)
+    tools = getattr(task, "tools", None)  # an environment's tool schemas, which its template renders in the prompt
+    prompt = max(_prompt_tokens(tok, e, cfg.model.chat_prompts, tools) for e in examples)
     completion = max(r.max_new_tokens + (r.interrupt.answer_tokens + len(r.interrupt.phrase) if r.interrupt.enabled
                                          else 0), r.eval_max_new_tokens or 0)
     sft = 1 + max(len(tok(e.target, add_special_tokens=False).input_ids) for e in task.train) if task.train else 0
@@ -179,11 +180,11 @@ def check_fits(cfg, task) -> None:
                          f"rollout.max_new_tokens / eval_max_new_tokens, or an SFT target + eos); set it >= {need}")
 
 
-def _prompt_tokens(tok, e, chat_prompts: bool) -> int:
-    """Tokens of a prompt as the policy will see it (a chat prompt rendered by the chat template)."""
+def _prompt_tokens(tok, e, chat_prompts: bool, tools=None) -> int:
+    """Tokens of a prompt as the policy will see it (a chat prompt rendered by the chat template, with `tools`)."""
     messages = e.messages if e.messages is not None else (
         [{"role": "user", "content": e.prompt}] if chat_prompts else None)
     text = e.prompt
     if messages is not None and getattr(tok, "chat_template", None):
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, tools=tools or None)
     return len(tok(text, add_special_tokens=False).input_ids)

@@ -228,3 +228,29 @@ def test_one_training_step_on_a_trl_environment(tmp_path, monkeypatch):
     assert abs(row["rollout/logprob_diff/mean"]) < 1e-3
     (batch,) = seen
     assert batch.forced.any() and not (batch.loss_mask.bool() & batch.forced).any()
+
+
+def test_the_context_check_counts_the_tool_schemas_the_template_renders():
+    """check_fits renders each prompt as the engine will see it, tools included: the longest prompt it names is the
+    template's rendering with the class's tools, longer than without them."""
+    import re
+
+    from rlx.config.limits import check_fits
+    from rlx.envs import env_task
+    from rlx.models.tokenizer import build_char_tokenizer
+    from tests.conftest import TINY, compose
+
+    cfg = compose(TINY + TASK + ["env=trl", f"env.factory={CALC}", "model.max_position_embeddings=64"])
+    cfg.model.chat_template = TEMPLATE
+    task = env_task(cfg.env, 0, cfg.task)
+    tok = build_char_tokenizer()
+    tok.chat_template = TEMPLATE
+
+    def longest(tools):
+        return max(len(tok(tok.apply_chat_template(e.messages, tools=tools, add_generation_prompt=True, tokenize=False),
+                           add_special_tokens=False).input_ids) for e in task.train + task.eval)
+
+    with pytest.raises(ValueError, match=r"longest prompt \((\d+) tokens\)") as err:
+        check_fits(cfg, task)
+    named = int(re.search(r"longest prompt \((\d+) tokens\)", str(err.value)).group(1))
+    assert task.tools == [CALCULATE, SUBMIT] and named == longest(task.tools) > longest(None)

@@ -58,6 +58,8 @@ class TrlTask:
         else:
             setattr(self.task, name, value)
 
+    tools = property(lambda self: self.schemas or None)  # what the template renders in every prompt
+
     def render_chat(self, tok, all_prompts: bool = False) -> None:
         """Every prompt through the policy's chat template with the tool schemas (model.chat_prompts is moot)."""
         if not getattr(tok, "chat_template", None):

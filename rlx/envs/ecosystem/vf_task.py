@@ -145,6 +145,8 @@ class VerifiersTask(Task):
     def check_columns(self) -> None:  # the rubric reads the rows verifiers' way, not by TRL's column keywords
         return None
 
+    tools = property(lambda self: getattr(self.env, "oai_tools", None) or None)  # rendered in every chat prompt
+
     def render_chat(self, tok, all_prompts: bool = False) -> None:
         """Chat prompts through the policy's template with the environment's tool schemas (as the client
         renders them)."""
