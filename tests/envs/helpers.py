@@ -105,3 +105,18 @@ def lazy_engines(path, template: str | None = None):
     yield get
     for engine, _, _ in built.values():
         engine.close()
+
+
+def spy_updates(monkeypatch) -> list:
+    """(batch, the update's loss mask) of every update, in order."""
+    from rlx.algo.policy_update import Update
+
+    seen, prepare = [], Update.prepare
+
+    def spy(self, batch, rewards, dp):
+        prep = prepare(self, batch, rewards, dp)
+        seen.append((batch, prep.mask.cpu().clone()))
+        return prep
+
+    monkeypatch.setattr(Update, "prepare", spy)
+    return seen

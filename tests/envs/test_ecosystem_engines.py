@@ -18,6 +18,7 @@ pytest.importorskip("verifiers", reason="verifiers is not installed (the envs ex
 pytest.importorskip("vllm")
 
 from tests.envs.forced_tools import ForceToolCall, braces, tool_call_text  # noqa: E402
+from tests.envs.helpers import spy_updates  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SINGLE = str(ROOT / "examples" / "envs" / "wordproblems_vf.py")
@@ -36,7 +37,7 @@ ENVS = {  # name: (overrides, env.args, chat template, scripted first reply or N
     "vf-tools": (["env=verifiers", f"env.id={TOOLS}", "rollout.max_new_tokens=160", "env.turn_tokens=90",
                   "env.max_turns=3"], {"n_train": 6, "n_eval": 2, "steps": 1, "max_operand": 9, "system_prompt": None},
                  WITH_TOOLS, "calculate"),
-    "trl": (WORDS + ["env=trl", f"env.factory={TRL}", "rollout.max_new_tokens=250", "env.turn_tokens=90",
+    "trl": (WORDS + ["env=trl", f"env.factory={TRL}", "rollout.max_new_tokens=240", "env.turn_tokens=90",
                      "env.max_turns=3"], None, WITH_TOOLS, "submit"),
 }
 # a local server's start and its adapter syncs make a run ~5x a colocated one (150-170 s at load 6 on 2 cores):
@@ -72,7 +73,6 @@ def test_an_ecosystem_environment_trains_on_each_engine_and_mode(tmp_path, monke
     sampled token inside it; the rubric's (or get_reward's) rewards are logged by name; in sync the trainer's
     log-probs are the engine's; with tools, every episode's scripted call ran."""
     import rlx.train
-    from rlx.algo.policy_update import Update
     from rlx.envs.ecosystem.trl_env import Trl
     from rlx.envs.ecosystem.vf_engine import Verifiers
     from tests.conftest import TINY, compose, read_metrics
@@ -94,14 +94,7 @@ def test_an_ecosystem_environment_trains_on_each_engine_and_mode(tmp_path, monke
 
         monkeypatch.setattr(owner, "wrap", staticmethod(
             lambda c, eng, tok: wrap(c, ForceToolCall(eng, tok, script, policy=policies[0]), tok)))
-    seen, prepare = [], Update.prepare
-
-    def spy(self, batch, rewards, dp):
-        prep = prepare(self, batch, rewards, dp)
-        seen.append((batch, prep.mask.cpu().clone()))
-        return prep
-
-    monkeypatch.setattr(Update, "prepare", spy)
+    seen = spy_updates(monkeypatch)
     with braces():  # the tool-calling runs need '{' and '}' in the tiny vocabulary; a cache of the run's own
         assert rlx.train.run(cfg, tmp_path / "run")["status"] == "finished"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import TINY, compose, read_metrics
+from tests.envs.helpers import spy_updates
 
 
 @pytest.mark.integration
@@ -125,21 +126,6 @@ def _check_calculator_batches(seen, rows) -> int:
     return total
 
 
-def _spy_update(monkeypatch) -> list:
-    """(batch, the update's loss mask) of every update, in order."""
-    from rlx.algo.policy_update import Update
-
-    seen, prepare = [], Update.prepare
-
-    def spy(self, batch, rewards, dp):
-        prep = prepare(self, batch, rewards, dp)
-        seen.append((batch, prep.mask.cpu().clone()))
-        return prep
-
-    monkeypatch.setattr(Update, "prepare", spy)
-    return seen
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("engine,diff", [("hf", "rollout/logprob_diff/max"), ("vllm", "rollout/logprob_diff/mean"),
                                          ("vllm_server", "rollout/logprob_diff/max")])
@@ -154,7 +140,7 @@ def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch,
 
     import rlx.train
 
-    seen = _spy_update(monkeypatch)
+    seen = spy_updates(monkeypatch)
     t0 = time.time()
     summary = rlx.train.run(compose(TINY + CALC_VLLM + [f"rollout={engine}"]), tmp_path / "run")
     assert summary["status"] == "finished"
@@ -187,7 +173,7 @@ def test_calculator_episodes_on_vllm_in_stale_and_async_modes(tmp_path, monkeypa
     import rlx.train
 
     k, steps = 1, 3
-    seen = _spy_update(monkeypatch)
+    seen = spy_updates(monkeypatch)
     cfg = compose(TINY + CALC_VLLM + [f"rollout={engine}", f"rollout.mode={mode}", f"rollout.max_staleness={k}",
                                       f"train.steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}"])
     assert rlx.train.run(cfg, tmp_path / "run")["status"] == "finished"

@@ -198,7 +198,7 @@ def test_one_training_step_on_a_trl_environment(tmp_path, monkeypatch):
     from rlx.envs.ecosystem.trl_env import Trl
     from tests.conftest import TINY, compose, read_metrics
 
-    cfg = compose(TINY + TASK + ["env=trl", f"env.factory={CALC}", "rollout.max_new_tokens=250", "env.turn_tokens=90",
+    cfg = compose(TINY + TASK + ["env=trl", f"env.factory={CALC}", "rollout.max_new_tokens=240", "env.turn_tokens=90",
                                  "env.max_turns=3", "model.max_position_embeddings=512", "train.steps=1",
                                  "train.eval_every=1", "train.ckpt_every=1", "rollout.eval_k=0",
                                  "rollout.prompts_per_step=2", "rollout.group_size=2", "model.sft.steps=5",
