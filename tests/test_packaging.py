@@ -48,4 +48,4 @@ def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     cmd = re.search(r"^# \(b\).*\n(python3 -m pip install .*)$", readme, re.M).group(1)
-    assert cmd in ci and '".[dev,cpu]"' in cmd and "gpu" not in cmd
+    assert cmd in ci and '".[dev,cpu,envs]"' in cmd and "gpu" not in cmd
