@@ -97,11 +97,11 @@ class EnvEngine:
     def uncounted():
         """Episodes this thread generates inside are not in env/* (the held-out evaluation's: env/* describe the
         episodes trained on, and a resumed run must log what the uninterrupted one logged)."""
-        _UNCOUNTED.on = True
+        before, _UNCOUNTED.on = getattr(_UNCOUNTED, "on", False), True
         try:
             yield
         finally:
-            _UNCOUNTED.on = False
+            _UNCOUNTED.on = before  # a nested use leaves the outer one in force
 
     def _count(self, episodes: list) -> None:
         if not getattr(_UNCOUNTED, "on", False):
