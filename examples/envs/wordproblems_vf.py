@@ -38,6 +38,25 @@ def stated_number(text: str) -> str | None:
     return number[:-2] if number.endswith(".0") else number
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_number(text: str) -> str | None:
+    """The reply's last number, written plainly, or None: the reading lm-eval's GSM8K 'flexible-extract' makes.
+    Looser than `stated_number`, and the one SmolLM2-135M can learn from: its replies end on a sentence
+    ('Grace has 18 - 2 = 16.'), and not one of its 600 recorded held-out replies ends on a '#### N' line."""
+    if len(text or "") > 20_000:
+        return None
+    found = _NUMBER.findall(text or "")
+    if not found:
+        return None
+    number = found[-1].replace(",", "")
+    return number[:-2] if number.endswith(".0") else number
+
+
+READINGS = {"strict": stated_number, "last_number": last_number}
+
+
 def correct_answer(completion, answer, parser, **kwargs) -> float:
     """1 when the reply's last '#### N' states the answer."""
     return 1.0 if parser.parse_answer(completion) == str(answer) else 0.0
@@ -60,11 +79,13 @@ def _rows(n: int, steps: int, max_operand: int, seed: int, exclude: set[str]) ->
 
 
 def load_environment(n_train: int = 2000, n_eval: int = 200, steps: int = 2, max_operand: int = 20, seed: int = 0,
-                     system_prompt: str | None = None) -> vf.Environment:
+                     system_prompt: str | None = None, reading: str = "strict") -> vf.Environment:
+    if reading not in READINGS:
+        raise ValueError(f"reading={reading!r}: one of {sorted(READINGS)}")
     seen: set[str] = set()
     train = _rows(n_train, steps, max_operand, seed, seen)
     held = _rows(n_eval, steps, max_operand, seed + 1, seen)  # never a training question
-    parser = vf.Parser(extract_fn=stated_number)
+    parser = vf.Parser(extract_fn=READINGS[reading])
     rubric = vf.Rubric(funcs=[correct_answer, states_an_answer], weights=[1.0, 0.0], parser=parser)
     return vf.SingleTurnEnv(dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(held),
                             system_prompt=system_prompt, parser=parser, rubric=rubric)
