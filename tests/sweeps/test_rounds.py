@@ -3,11 +3,14 @@ real two-round sweep; the report's predictive section (rlx.report.tables) on wha
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlx.report.tables import predictive_section
 from rlx.sweeps.decisions import DECISIONS_JSONL, read_decisions
 from rlx.sweeps.rounds import RoundPlan, run_rounds, split_overrides
+from scripts.predictive_replay import main as replay_main
 from tests.sweeps.sweep_helpers import BATCH, SMOKE, fake_multirun
 
 
@@ -35,6 +38,18 @@ def test_driver_runs_rounds_resumes_in_place_and_stops_the_loser(tmp_path, capsy
     assert f"stopped after round {stop[0]['round']}" in section
     assert predictive_section(tmp_path / "scalerl_seed0") == []  # no predictive.jsonl: nothing added
     assert (tmp_path / DECISIONS_JSONL).is_file()
+    # scripts/predictive_replay.py on the records left behind decides every round as the driver did: the stand-in
+    # appends to each run as a resume does, so a run's records up to a budget are what that round saw
+    out = tmp_path / "replay.json"
+    totals = replay_main([str(tmp_path), "--arm-key", "loo_arm", "--first-steps", "8", "--rounds", "4",
+                          "--json", str(out)])
+    replayed = [d for ds in json.loads(out.read_text())["rounds"] for d in ds]
+    key = lambda d: (d["round"], d["arm"])  # noqa: E731
+    assert [(key(d), d["decision"], d["fit"], d["budget"], d["A"]) for d in sorted(replayed, key=key)] == [
+        (key(d), d["decision"], d["fit"], d["budget"], pytest.approx(d["A"])) for d in sorted(records, key=key)]
+    # on_policy ran to its stop budget only: 2 seeds x (64 - budget) steps fewer than 3 arms x 2 seeds x 64
+    assert totals["steps_run"] == 3 * 2 * 64 - 2 * (64 - stop[0]["budget"])
+    assert totals["rank_schedule"][-1] == "on_policy" and totals["rank_full"][-1] == "on_policy"
 
 
 def test_a_dead_driver_rerun_goes_on_from_its_last_decided_round(tmp_path):
@@ -106,3 +121,4 @@ def test_real_two_round_sweep_resumes_each_job_in_its_directory(tmp_path):
     assert [r["round"] for r in read_decisions(tmp_path)] == [0, 0, 1, 1]
     md, _ = build_report(tmp_path, plots=False)
     assert "## Predictive schedule" in md and "| scalerl | 6 |" in md
+
