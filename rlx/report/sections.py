@@ -19,7 +19,8 @@ from rlx.report.tables import (acc_points, beyond_points, first_tenth_mean, md_t
 from rlx.run.records import Run
 
 INFER = {"qerl": infer_qerl, "speed": infer_speed, "next": infer_next, "algo": infer_algo, "loo": infer_loo,
-         "offpolicy": infer_offpolicy, "engine": infer_engine, "setting": infer_setting}
+         "offpolicy": infer_offpolicy, "engine": infer_engine, "setting": infer_setting,
+         "env": lambda j: str(j.get("env.name", "none"))}  # rlx's own task (none) beside an environment
 
 
 @dataclass
