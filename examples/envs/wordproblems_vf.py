@@ -58,12 +58,13 @@ READINGS = {"strict": stated_number, "last_number": last_number}
 
 
 def correct_answer(completion, answer, parser, **kwargs) -> float:
-    """1 when the reply's last '#### N' states the answer."""
+    """1 when the reply states the answer, read the environment's way (`reading`: a last line '#### N', or the
+    last number)."""
     return 1.0 if parser.parse_answer(completion) == str(answer) else 0.0
 
 
 def states_an_answer(completion, parser, **kwargs) -> float:
-    """1 when the reply states some number as '#### N' (a metric: weight 0)."""
+    """1 when the reply states some number, read the environment's way (a metric: weight 0)."""
     return 0.0 if parser.parse_answer(completion) is None else 1.0
 
 
@@ -81,7 +82,7 @@ def _rows(n: int, steps: int, max_operand: int, seed: int, exclude: set[str]) ->
 def load_environment(n_train: int = 2000, n_eval: int = 200, steps: int = 2, max_operand: int = 20, seed: int = 0,
                      system_prompt: str | None = None, reading: str = "strict") -> vf.Environment:
     if reading not in READINGS:
-        raise ValueError(f"reading={reading!r}: one of {sorted(READINGS)}")
+        raise ValueError(f"load_environment: reading={reading!r} is not one of {sorted(READINGS)}")
     seen: set[str] = set()
     train = _rows(n_train, steps, max_operand, seed, seen)
     held = _rows(n_eval, steps, max_operand, seed + 1, seen)  # never a training question
