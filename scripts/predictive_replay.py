@@ -100,8 +100,9 @@ def main(argv: list[str] | None = None) -> dict:
     full_rank = sorted(series, key=lambda arm: -(full_fits[arm].A if full_fits[arm].A is not None else -1))
     final = {d.arm: d for decisions in rounds for d in decisions}  # each arm's last decision
     # the schedule's ranking: the arms it kept to the end first, each group by its last A
-    kept = lambda arm: final[arm].decision == "continue"  # noqa: E731
-    its_rank = sorted(series, key=lambda arm: (not kept(arm), -(final[arm].A if final[arm].A is not None else -1)))
+    kept = lambda arm: arm not in final or final[arm].decision == "continue"  # noqa: E731
+    last_a = lambda arm: final[arm].A if arm in final and final[arm].A is not None else -1  # noqa: E731
+    its_rank = sorted(series, key=lambda arm: (not kept(arm), -last_a(arm)))
     totals = {"steps_run": run_steps, "steps_full": full_steps, "flops_run": run_flops, "flops_full": full_flops,
               "saving_steps": 1 - run_steps / full_steps, "saving_flops": 1 - run_flops / full_flops,
               "rank_full": full_rank, "rank_schedule": its_rank,
