@@ -29,16 +29,14 @@ from rlx.sweeps.rounds import RoundPlan
 from rlx.sweeps.rule import decide_points, fit_arm
 
 
-def arm_series(sweep_dir, arm_key: str, metric: str, compute: str) -> dict[str, list[Series]]:
-    """{arm: [one Series per seed]} from the run directories under sweep_dir."""
+def arm_series(runs: list, arm_key: str, metric: str, compute: str) -> dict[str, list[Series]]:
+    """{arm: [one Series per seed]} of a sweep's runs (rlx.run.records.read_sweep)."""
     out = defaultdict(list)
-    for run in read_sweep(sweep_dir):
+    for run in runs:
         arm = run.override(arm_key) or run.choices.get(arm_key)
         if arm is None:
             raise ValueError(f"{run.path}: no '{arm_key}' in its overrides or config choices")
         out[arm].append(evaluations(run, metric, compute))
-    if not out:
-        raise ValueError(f"{sweep_dir}: no run directory (metrics.jsonl) under it")
     return dict(out)
 
 
@@ -79,12 +77,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", help="write the decisions and totals here")
     a = p.parse_args(argv)
     plan = RoundPlan(rounds=a.rounds, first_steps=a.first_steps, growth=a.growth)
-    cfg = scaling_config(read_sweep(a.sweep_dir))
+    runs = read_sweep(a.sweep_dir)  # read once: the config, the fit's axis and FLOPs all come from these
+    if not runs:
+        raise SystemExit(f"{a.sweep_dir}: no run directory (metrics.jsonl) under it")
+    cfg = scaling_config(runs)
     if a.compute:
         cfg.compute = a.compute
-    series = arm_series(a.sweep_dir, a.arm_key, cfg.metric, cfg.compute)
+    series = arm_series(runs, a.arm_key, cfg.metric, cfg.compute)
     try:
-        flops = arm_series(a.sweep_dir, a.arm_key, cfg.metric, "flops")
+        flops = arm_series(runs, a.arm_key, cfg.metric, "flops")
     except ValueError:  # the runs log no FLOPs: steps only
         flops = None
     rounds, budgets = replay(series, cfg, plan)

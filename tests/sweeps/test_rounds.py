@@ -121,4 +121,3 @@ def test_real_two_round_sweep_resumes_each_job_in_its_directory(tmp_path):
     assert [r["round"] for r in read_decisions(tmp_path)] == [0, 0, 1, 1]
     md, _ = build_report(tmp_path, plots=False)
     assert "## Predictive schedule" in md and "| scalerl | 6 |" in md
-
