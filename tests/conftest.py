@@ -76,8 +76,14 @@ def pytest_runtest_call(item):
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_cache(tmp_path_factory):
-    """One SFT-base cache for the whole session (and its subprocesses)."""
-    os.environ.setdefault("RLX_CACHE", str(tmp_path_factory.mktemp("rlx_cache")))
+    """One SFT-base cache for the whole session (and its subprocesses), shared by the xdist workers: a base two
+    workers need is built once (rlx publishes it atomically; a concurrent builder's identical copy is used)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, above each worker's popen-gwN
+    cache = root / "rlx_cache"
+    cache.mkdir(exist_ok=True)
+    os.environ.setdefault("RLX_CACHE", str(cache))
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     yield

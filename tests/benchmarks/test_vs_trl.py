@@ -56,10 +56,13 @@ def test_vs_trl_runs_tiny(tmp_path, capsys):
     assert json.loads(out.read_text())["rows"][0]["ratio_trl_nogc_step"] == pytest.approx(row["ratio_trl_nogc_step"])
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_vs_trl_runs_smollm2(tmp_path, capsys):
     """The real-model path: SmolLM2's tokenizer and chat prompts, micro-batch 2 of 2 x 2 rows (TRL:
-    gradient accumulation 2), TRL with its own defaults (gradient checkpointing on)."""
+    gradient accumulation 2), TRL with its own defaults (gradient checkpointing on). `slow` (~70 s: a GGUF
+    conversion and two 135M runs): the tiny setting above runs the same benchmark code, and SmolLM2's
+    conversion, chat template and generation are tests/models/test_gguf.py's."""
     pytest.importorskip("trl")
     pytest.importorskip("gguf", reason="model=smollm2 needs the 'gguf' package (extra: rlx[smollm2])")
     try:

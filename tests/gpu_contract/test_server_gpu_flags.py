@@ -103,3 +103,29 @@ def test_enforce_eager_from_the_config_wins(value, on_cpu, eager):
     plan = plan_kv_cache(0.0, batch=4, seq_tokens=256, per_token=2048, max_num_seqs=256, available=64 * GiB)
     (args,) = [engine_args(c) for c in commands(cfg, on_cpu=on_cpu, kv_plan=plan)]
     assert args.enforce_eager == eager
+
+
+@pytest.mark.parametrize("dtype, flag", [("bf16", "bfloat16"), ("fp32", "float32")])
+def test_a_local_server_starts_in_the_trainers_dtype(tiny_lora_policy, tmp_path, monkeypatch, dtype, flag):
+    """What a local server is started with carries the trainer's dtype: a bf16 run's server computes in vLLM's
+    bf16, whose mismatch against the trainer the colocated engine's bf16 test bounds (tests/rollout/
+    test_conformance.py; the same test on a started server is `slow`)."""
+    from rlx.rollout.server import engine as server_engine
+    from rlx.run.config import TrainerConfig
+    from rlx.run.device import resolve
+
+    class Started(Exception):
+        pass
+
+    argv = []
+
+    def start(cls, n, command_for, *args, **kwargs):
+        argv.extend(command_for(8000, None))
+        raise Started  # nothing is started
+
+    monkeypatch.setattr(server_engine.ServerPool, "local", classmethod(start))
+    policy, tok = tiny_lora_policy
+    trainer = resolve(OmegaConf.structured(TrainerConfig(device="cpu", dtype=dtype)))
+    with pytest.raises(Started):
+        server_engine.VLLMServerEngine(rollout(), tok, policy, trainer, base_dir=tmp_path / "policy", max_len=96)
+    assert engine_args(argv).dtype == flag

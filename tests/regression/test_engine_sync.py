@@ -7,7 +7,7 @@ too, so the test shows it can tell the two apart.
 
 Engines: hf with its own copy of the weights (as rollout.mode=async builds it; in sync mode it samples the
 trainer's module itself), colocated vLLM (`rollout=vllm`, merged sync: the CPU default; adapter sync as a
-slow variant) and one local vLLM server (`rollout=vllm_server`, adapter sync), on the tiny LoRA policy of
+slow variant) and one local vLLM server (`rollout=vllm_server`, adapter sync; slow), on the tiny LoRA policy of
 tests/rollout/conftest.py (head_dim 32 for vLLM's CPU attention)."""
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ SAMPLING = SamplingParams(max_tokens=12, temperature=1.0)
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # |trainer - engine| per token on the same weights (tests/rollout/test_conformance.py)
 MIN_CHANGE = 0.05  # mean |log-prob change| the update must make, so that old and new weights are far apart
 LR = 0.02
-ENGINES = [*engine_params(["hf", "vllm"]), pytest.param("vllm-adapter", marks=[pytest.mark.slow, pytest.mark.integration]),
-           *engine_params(["vllm-server"])]
+# the server row starts a server (~40 s) and is `slow`: a server's adapter sync is checked fast by
+# tests/rollout/test_server.py (the canary stops a server still serving the old adapter; a run's every step
+# samples the version just synced, at the trainer's log-probs)
+ENGINES = [*engine_params(["hf", "vllm"]),
+           *(pytest.param(n, marks=[pytest.mark.slow, pytest.mark.integration]) for n in ("vllm-adapter", "vllm-server"))]
 
 
 def trainer():

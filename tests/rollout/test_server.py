@@ -426,10 +426,13 @@ def test_a_local_server_without_its_command_cannot_be_restarted_and_stops_the_ru
         e.pool.servers[0].proc = None  # nothing to stop at exit
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_killed_local_server_is_restarted_reloads_its_adapters_and_samples_the_same(served):
     """kill -9 of a real local server's process group between two calls: the next request restarts it on
-    its port, the adapter it was serving is loaded again, and the same seeds give the same samples."""
+    its port, the adapter it was serving is loaded again, and the same seeds give the same samples. `slow` (a
+    restart, ~30 s): the mid-request test below restarts, reloads and resends through the same error path (a
+    refused connection and a reset one are one `except` in rlx.rollout.server.pool)."""
     from rlx.rollout.base import SamplingParams
 
     engine, _, _ = served["vllm-server"]

@@ -59,7 +59,7 @@ JUMP = 4
 VERIFIERS = ["env=verifiers", f"env.id={ROOT / 'examples' / 'envs' / 'wordproblems_vf.py'}",
              "env.args={n_train:24,n_eval:4,steps:1,max_operand:9}",
              f"model.chat_template={ROOT / 'tests' / 'envs' / 'plain_chat.jinja'}", "model.max_position_embeddings=512",
-             "rollout.max_new_tokens=64", "rollout.eval_k=0", "model.sft.steps=150"]  # rewards that vary from step 1
+             "rollout.max_new_tokens=64", "rollout.eval_k=0", "model.sft.steps=150", "model.sft.batch_size=16"]  # rewards that vary from step 1
 ENVS = {"none": [], "verifiers": VERIFIERS}
 
 
