@@ -64,32 +64,32 @@ def test_cli_fails_fast_naming_the_key(override, key, tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # failed before any work
 
 
-@pytest.mark.integration
-def test_help_lists_groups():
+@pytest.fixture(scope="module")
+def train_help():
+    """What `python -m rlx.train --help` prints (one process start for the module's readers)."""
     p = subprocess.run([sys.executable, "-m", "rlx.train", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0
-    for g in GROUPS:
-        assert f"{g}:" in p.stdout
-    assert "nvfp4" in p.stdout and "scalerl" in p.stdout
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
 
 
 @pytest.mark.integration
-def test_every_key_is_described_and_help_lists_them():
-    import subprocess
-    import sys
+def test_help_lists_groups(train_help):
+    for g in GROUPS:
+        assert f"{g}:" in train_help
+    assert "nvfp4" in train_help and "scalerl" in train_help
 
-    from rlx.config import describe_keys
-    from tests.conftest import ROOT
 
+@pytest.mark.integration
+def test_every_key_is_described_and_help_lists_them(train_help):
     import dataclasses
 
     from rlx.algo.config import AlgoConfig
+    from rlx.config import describe_keys
 
     rows = describe_keys()
     assert len(rows) > 100 and [k for k, _, text in rows if not text] == []
     lr = next(f for f in dataclasses.fields(AlgoConfig) if f.name == "lr")  # the text is the field's own metadata
     assert ("algo.lr", 1e-3, lr.metadata["help"]) in rows and lr.metadata["help"] == "AdamW peak learning rate (>= 0)"
-    out = subprocess.run([sys.executable, "-m", "rlx.train", "--help"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120).stdout
+    out = train_help
     assert "== Keys ==" in out and "algo.lr = 0.001  # AdamW peak learning rate" in out
     assert "rollout.mode = 'sync'  # sync | stale | async" in out and "== Config ==" in out

@@ -6,17 +6,21 @@ Not the full product: ROWS is a covering set (each value of each axis in at leas
 every component is live across the resume (stale versions, the noisy AQN stage, NExt's jump, the frozen
 reference of full fine-tuning). Each row forces a failure at a step (tests/faults.py), reruns the same
 command, and compares with the uninterrupted run of its config, which rows of one config share
-(`uninterrupted`: one reference run per config and module). sync and stale replay bit for bit; two ranks
-replay what rewards and samples decide exactly and the float sums within 1e-5 (gloo's reduction); async is
-not reproducible (its generator thread races the trainer: docs/offpolicy.md), so its rows check the resume's
-shape: each step once, each prompt once, staleness within bounds."""
+(`uninterrupted`: one reference run per config and module, on one process: two ranks train what one process
+trains, tests/run/test_distributed.py); a failure on one of two ranks ends the run with that rank named.
+sync and stale replay bit for bit; two ranks replay what rewards and samples decide exactly and the float
+sums within 1e-5 (gloo's reduction); async is not reproducible (its generator thread races the trainer:
+docs/offpolicy.md), so its rows check the resume's shape: each step once, each prompt once, staleness within
+bounds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +84,8 @@ class Row:
 
     @property
     def config(self) -> tuple:
-        """What the uninterrupted run depends on: rows equal in it share one reference."""
-        return self.overrides, self.ranks
+        """What the uninterrupted run depends on: rows equal in it share one reference (on one process)."""
+        return self.overrides
 
     def __str__(self) -> str:
         rank = f"-rank{self.fail_rank}" if self.fail_rank >= 0 else ""
@@ -115,10 +119,15 @@ def _launch(row: Row, run_dir: Path, fail: bool) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={row.ranks}", "-m",
            "rlx.train", *TINY, *over, f"hydra.run.dir={run_dir}"]
     env = dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="1")
+    t0 = time.monotonic()
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert (out.returncode != 0) == fail, out.stdout[-3000:] + out.stderr[-6000:]
-    if fail:
-        assert f"forced failure on rank {row.fail_rank}" in out.stderr, out.stderr[-6000:]
+    if fail:  # the failing rank is named by torchrun's root cause and the run's summary, and no rank waits on
+        err = out.stderr  # in a collective until its timeout
+        assert f"forced failure on rank {row.fail_rank}" in err and f"rank      : {row.fail_rank}" in err, err[-6000:]
+        assert time.monotonic() - t0 < 240
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "failed" and "another rank" in summary["error"]
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +137,9 @@ def uninterrupted(tmp_path_factory):
 
     def get(row: Row) -> Path:
         if row.config not in runs:
-            run_dir = tmp_path_factory.mktemp("uninterrupted") / str(row)
-            _launch(row, run_dir, fail=False)
+            one = dataclasses.replace(row, ranks=1, fail_rank=-1)
+            run_dir = tmp_path_factory.mktemp("uninterrupted") / str(one)
+            _launch(one, run_dir, fail=False)
             runs[row.config] = run_dir
         return runs[row.config]
 
@@ -165,8 +175,6 @@ def _assert_live(row: Row, ref: list[dict], ref_dir: Path) -> None:
         saved = _weights(ref_dir, 6)
         loaded = AutoModelForCausalLM.from_pretrained(ref_dir / "ckpt" / "step_6" / "model").state_dict()
         assert loaded.keys() == saved.keys() and all(torch.equal(q, saved[n]) for n, q in loaded.items())
-    if row.ranks > 1:
-        assert json.loads((ref_dir / "summary.json").read_text())["world_size"] == row.ranks
     assert any(r.get("actor/grad_norm", 0) > 0 for r in ref if 0 < r["step"] < row.fail_at)  # it learned before
 
 
@@ -210,6 +218,7 @@ def test_a_run_resumed_after_a_failure_equals_the_uninterrupted_run(row, uninter
     ckpts = sorted(int(p.name.split("_")[1]) for p in (run_dir / "ckpt").glob("step_*"))
     assert ckpts and max(ckpts) < row.fail_at  # the rerun must resume, not start over or finish
     _launch(row, run_dir, fail=False)
+    assert json.loads((run_dir / "summary.json").read_text()).get("world_size", 1) == row.ranks
     run = strip_timing(read_metrics(run_dir))
     assert [r["step"] for r in _ledger(run_dir)] == list(range(1, 7))  # each step's prompts logged once
 
