@@ -1,6 +1,6 @@
 """Data parallelism under torchrun (gloo on CPU): 2 ranks train what 1 process trains on the same global
-batch, rank 0 alone writes, a kill -9 resumes (a rank that raises, and the resume after it: the resume matrix,
-tests/run/test_resume_matrix.py).
+batch, rank 0 alone writes, a kill -9 resumes (FSDP2, a rank that raises and the resume after it: the resume
+matrix, tests/run/test_resume_matrix.py).
 
 Each test launches real processes (`torchrun --nproc_per_node=2 -m rlx.train ...`), one thread each; the
 one-process references run in the test's own process."""
@@ -145,23 +145,6 @@ def test_two_nodes_of_one_rank_each_train_what_one_process_trains(one_process, t
     assert (d / "train.log").read_text().count("[done]") == 1  # one console: node 1's rank is not a rank 0
 
 
-def test_fsdp_matches_one_process_and_resumes_from_whole_tensors(one_process, tmp_path):
-    d = tmp_path / "fsdp"
-    _run(2, d, "train.steps=4", "trainer.strategy=fsdp")
-    adapter = d / "ckpt" / "step_4" / "adapter" / "adapter_model.safetensors"
-    from safetensors.torch import load_file
-
-    one_sd = load_file(adapter)
-    assert one_sd and all(t.dim() == 2 and t.shape[0] * t.shape[1] > 0 for t in one_sd.values())
-    out = _run(2, d, f"train.steps={STEPS}", "trainer.strategy=fsdp")  # a longer run of the same command resumes
-    assert "[resume] from" in out.stdout + out.stderr
-    rows = _rows(d)
-    assert [r["step"] for r in rows] == list(range(STEPS + 1))
-    # FSDP reduce-scatters gradient shards and steps AdamW per shard: fp32 sums in another order than one
-    # process, and five AdamW steps carry that noise on (CI saw 1.04e-5 relative in step 5's grad_norm)
-    assert_same_run(one_process, rows, range(STEPS + 1), rel=5e-5)
-
-
 def test_kill_9_of_two_ranks_then_rerun_resumes(ddp_run, tmp_path):
     d = tmp_path / "killed"
     proc = subprocess.Popen(_cmd(2, d, f"train.steps={STEPS}"), env=_env(), stdout=subprocess.DEVNULL,
@@ -212,7 +195,7 @@ def test_noise_jump_curriculum_and_stale_data_agree_across_ranks(tmp_path):
     one, two = _rows(tmp_path / "one"), _rows(tmp_path / "two")
     assert any(k.startswith("noise/") for r in one for k in r) and any(k.startswith("extrap/") for r in one for k in r)
     # a NExt jump at step 3 and two more AdamW steps carry the two-rank reduction's float noise on
-    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as in the FSDP test above
+    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as FSDP does (tests/run/test_resume_matrix.py)
     assert_same_run(one, two, range(6), rel=5e-5)
 
 
