@@ -131,7 +131,8 @@ def _check_calculator_batches(seen, rows) -> int:
 # tests/rollout/test_conformance.py, the environment's stop strings in each request by tests/envs/test_driver.py,
 # and training on a local server with its canary by tests/rollout/test_server.py
 @pytest.mark.parametrize("engine,diff", [("hf", "rollout/logprob_diff/max"), ("vllm", "rollout/logprob_diff/mean"),
-                                         pytest.param("vllm_server", "rollout/logprob_diff/max", marks=pytest.mark.slow)])
+                                         pytest.param("vllm_server", "rollout/logprob_diff/max",
+                                                      marks=pytest.mark.slow)])
 def test_the_loop_trains_on_calculator_episodes_with_vllm(tmp_path, monkeypatch, engine, diff):
     """rollout=hf, rollout=vllm (sync) and rollout=vllm_server (one local server, adapter sync; the server ends each tool
     turn at `</calc>`: stop strings in the request) with env=calculator: trains end to end; every environment

@@ -340,8 +340,8 @@ def test_trains_end_to_end_on_a_local_server_with_canary_and_sync_metrics(tmp_pa
     server's log-probs are the trainer's (fp32), and the canary held. A real server's adapter sync is the
     canary and restart tests' below (and the conformance suite's)."""
     s = run_tiny(tmp_path, HEAD_DIM_32 + ["rollout=vllm_server", "rollout.vllm.sync=merged", "train.steps=3",
-                                          "train.eval_every=3", "train.ckpt_every=3", "task.n_train=60", "task.n_eval=8",
-                                          "model.sft.steps=60", "rollout.eval_k=0"])
+                                          "train.eval_every=3", "train.ckpt_every=3", "task.n_train=60",
+                                          "task.n_eval=8", "model.sft.steps=60", "rollout.eval_k=0"])
     assert s["status"] == "finished"
     rows = [r for r in read_metrics(tmp_path) if r["step"] >= 1]
     assert [r["step"] for r in rows] == [1, 2, 3]

@@ -40,8 +40,8 @@ def _env():
 
 
 def _cmd(nproc: int, run_dir: Path, *extra: str) -> list[str]:
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "rlx.train"]
-    return launch + ARGS + [f"hydra.run.dir={run_dir}", *extra]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m",
+            "rlx.train", *ARGS, f"hydra.run.dir={run_dir}", *extra]
 
 
 def _run(nproc: int, run_dir: Path, *extra: str, timeout: float = 400):
@@ -195,7 +195,8 @@ def test_noise_jump_curriculum_and_stale_data_agree_across_ranks(tmp_path):
     one, two = _rows(tmp_path / "one"), _rows(tmp_path / "two")
     assert any(k.startswith("noise/") for r in one for k in r) and any(k.startswith("extrap/") for r in one for k in r)
     # a NExt jump at step 3 and two more AdamW steps carry the two-rank reduction's float noise on
-    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as FSDP does (tests/run/test_resume_matrix.py)
+    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as FSDP's do
+    # (tests/run/test_resume_matrix.py)
     assert_same_run(one, two, range(6), rel=5e-5)
 
 
