@@ -66,7 +66,9 @@ VERIFIERS = ["env=verifiers", f"env.id={ROOT / 'examples' / 'envs' / 'wordproble
              "rollout.max_new_tokens=64", "rollout.eval_k=0",
              "model.sft.steps=150", "model.sft.batch_size=16"]  # rewards that vary from step 1
 ENVS = {"none": [], "verifiers": VERIFIERS}
-STRATEGIES = {"ddp": [], "fsdp": ["trainer.strategy=fsdp"]}  # two ranks; on one process the strategy does nothing
+# two ranks; on one process the strategy does nothing. 6 rows per micro-batch: the 16 rows are 3 micro-batches,
+# dealt round-robin, so both ranks compute
+STRATEGIES = {"ddp": [], "fsdp": ["trainer.strategy=fsdp", "algo.micro_batch_size=6"]}
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class Row:
     def reference(self) -> "Row":
         """The uninterrupted run this row is compared with: its config on one process. Rows with one reference
         share it (`uninterrupted`)."""
-        return dataclasses.replace(self, ranks=1, fail_rank=-1, strategy="ddp")
+        return dataclasses.replace(self, ranks=1, fail_rank=-1)
 
     def __str__(self) -> str:
         rank = f"-rank{self.fail_rank}" if self.fail_rank >= 0 else ""
