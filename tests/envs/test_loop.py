@@ -126,10 +126,10 @@ def _check_calculator_batches(seen, rows) -> int:
     return total
 
 
-@pytest.mark.integration
 # the server row starts a server (~35 s): `slow`, as what it adds is covered fast, a server's stop strings by
 # tests/rollout/test_conformance.py, the environment's stop strings in each request by tests/envs/test_driver.py,
 # and training on a local server with its canary by tests/rollout/test_server.py
+@pytest.mark.integration
 @pytest.mark.parametrize("engine,diff", [("hf", "rollout/logprob_diff/max"), ("vllm", "rollout/logprob_diff/mean"),
                                          pytest.param("vllm_server", "rollout/logprob_diff/max",
                                                       marks=pytest.mark.slow)])

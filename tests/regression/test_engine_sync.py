@@ -33,8 +33,7 @@ LR = 0.02
 # the server row starts a server (~40 s) and is `slow`: a server's adapter sync is checked fast by
 # tests/rollout/test_server.py (the canary stops a server still serving the old adapter; a run's every step
 # samples the version just synced, at the trainer's log-probs)
-SLOW = [pytest.mark.slow, pytest.mark.integration]
-ENGINES = [*engine_params(["hf", "vllm"]), *(pytest.param(n, marks=SLOW) for n in ("vllm-adapter", "vllm-server"))]
+ENGINES = engine_params(["hf", "vllm", "vllm-adapter", "vllm-server"], slow=("vllm-adapter", "vllm-server"))
 
 
 def trainer():

@@ -24,9 +24,11 @@ VARIANTS = {"hf": ("hf", {}), "vllm": ("vllm", {"vllm": {"sync": "merged"}}),
 ENGINES = list(VARIANTS)
 
 
-def engine_params(names=ENGINES) -> list:
-    """`names` as parametrize values, the vLLM engines marked integration (they build an engine or start a server)."""
-    return [pytest.param(n, marks=pytest.mark.integration) if n.startswith("vllm") else n for n in names]
+def engine_params(names=ENGINES, slow=()) -> list:
+    """`names` as parametrize values, the vLLM engines marked integration (they build an engine or start a server),
+    and those in `slow` marked slow too (run with `-m slow`)."""
+    return [pytest.param(n, marks=[pytest.mark.integration] + [pytest.mark.slow] * (n in slow)) if n.startswith("vllm")
+            else n for n in names]
 
 
 def make_engine(name: str, policy, tok, path, dtype: str = "fp32", **rollout):

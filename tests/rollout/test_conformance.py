@@ -17,7 +17,7 @@ import torch
 
 from rlx.models.forward import causal_lm, lm_logits, position_ids, token_logprobs
 from rlx.rollout import SamplingParams
-from tests.rollout.conftest import ENGINES, engine_params
+from tests.rollout.conftest import engine_params
 
 PROMPTS = ["3+4=", "12-5=", "7*8=", "hello", "a", "99+1=", "(2+3)*4=", "x"]
 FP32_MEAN, FP32_MAX = 1e-4, 2e-3  # per-token |trainer - engine| bounds in fp32
@@ -322,13 +322,9 @@ def test_inflight_update_keeps_aqn_noise_on(served, name):
 
 # The server runs the in-process engine's vLLM bf16 numerics (the `vllm` parameter bounds them) and gets its
 # dtype from `--dtype` (tests/gpu_contract/test_server_gpu_flags.py): a second server (~60 s) is `slow`.
-BF16_ENGINES = engine_params([n for n in ENGINES if n != "vllm-server"]) + [
-    pytest.param("vllm-server", marks=[pytest.mark.integration, pytest.mark.slow])]
-
-
 # Last in the module on purpose: building and closing a second vLLM engine in this process tears
 # down vLLM's process-global parallel state, which the module's `served` engines still use.
-@pytest.mark.parametrize("name", BF16_ENGINES)
+@pytest.mark.parametrize("name", engine_params(slow=("vllm-server",)))
 def test_bf16_engine_mismatch_is_bounded(served, name, tmp_path):
     """A bf16 engine (hf under bf16 autocast; vLLM with dtype=bfloat16) against the fp32 trainer:
     the mismatch the TIS correction exists for. Nonzero, and bounded."""
