@@ -1,5 +1,6 @@
-"""The shared-prefix forward in whole runs: LoRA on an NVFP4 base, and 2 data-parallel ranks (DDP),
-train what the unshared forward trains (rewards and samples equal, losses within 1e-5 relative)."""
+"""The shared-prefix forward in whole runs: LoRA on an NVFP4 base trains what the unshared forward trains
+(rewards and samples equal, losses within 1e-5 relative). On two ranks: tests/run/test_distributed.py's
+two-node test."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from tests.conftest import run_tiny
 from tests.run.test_train import EASY
-from tests.run.test_distributed import _rows, _run, assert_same_run
+from tests.run.test_distributed import assert_same_run
 
 pytestmark = pytest.mark.integration
 
@@ -35,10 +36,3 @@ def test_shared_prefix_on_a_quantized_base_trains_the_same_run(tmp_path, extra):
     plain, shared = _metrics(tmp_path / "plain"), _metrics(tmp_path / "shared")
     assert any(r.get("actor/grad_norm", 0) > 0 for r in plain)  # the runs really trained
     assert_same_run(plain, shared, range(len(plain)))
-
-
-def test_shared_prefix_under_ddp_trains_what_one_process_trains(tmp_path):
-    lean = ["algo.shared_prefix=true", "train.steps=4", "algo.micro_batch_tokens=200"]
-    _run(1, tmp_path / "one", *lean)
-    _run(2, tmp_path / "two", *lean)
-    assert_same_run(_rows(tmp_path / "one"), _rows(tmp_path / "two"), range(5))

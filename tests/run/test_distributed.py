@@ -1,6 +1,7 @@
 """Data parallelism under torchrun (gloo on CPU): 2 ranks train what 1 process trains on the same global
-batch, rank 0 alone writes, a kill -9 resumes (FSDP2, a rank that raises and the resume after it: the resume
-matrix, tests/run/test_resume_matrix.py).
+batch (two nodes with the shared-prefix forward; DDP with full fine-tuning, killed with kill -9 and resumed),
+rank 0 alone writes (FSDP2, a rank that raises and the resume after it: the resume matrix,
+tests/run/test_resume_matrix.py).
 
 Each test launches real processes (`torchrun --nproc_per_node=2 -m rlx.train ...`), one thread each; the
 one-process references run in the test's own process."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,32 +83,12 @@ def assert_same_run(one: list[dict], two: list[dict], steps, rel: float = 1e-5) 
                 assert abs(u - v) <= rel * max(abs(u), abs(v)) + 1e-8, (a["step"], k, u, v)
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dp") / "one"
-    _run(1, d, f"train.steps={STEPS}")
-    return _rows(d)
-
-
-@pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dp") / "ddp"
-    out = _run(2, d, f"train.steps={STEPS}")
-    return d, out
-
-
-def test_two_ranks_ddp_train_what_one_process_trains(one_process, ddp_run):
-    d, out = ddp_run
-    two = _rows(d)
-    assert [r["step"] for r in two] == list(range(STEPS + 1))  # metrics.jsonl written once: every step once
-    assert_same_run(one_process, two, range(STEPS + 1))
-    summary = json.loads((d / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["world_size"] == 2
-    # rank 0 alone writes: one train.log with each step line once, no other rank's run dir left behind
-    log = (d / "train.log").read_text()
-    assert log.count(f"[step {STEPS}/{STEPS}]") == 1 and log.count("[done]") == 1
-    assert sorted(p.name for p in d.parent.iterdir()) == ["ddp"]
-    assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]  # keep_last 2
+# the shared-prefix forward (prompt rows packed once per group, micro-batches by token budget) on both nodes:
+# the ranks deal those micro-batches as they deal plain ones
+LEAN = ["algo.shared_prefix=true", "algo.micro_batch_tokens=200"]
+# full fine-tuning trains the head outside the DDP-wrapped decoder: its gradient is reduced by hand to what DDP
+# gives the others (without that it was summed loss_scale = 2 times: grad_norm 1.569 instead of 1.015 at step 1)
+FULL = ["model.finetune=full", "algo.lr=1e-4"]
 
 
 def _two_nodes(run_dir: Path, *extra: str, timeout: float = 400) -> list[subprocess.CompletedProcess]:
@@ -133,42 +115,88 @@ def _two_nodes(run_dir: Path, *extra: str, timeout: float = 400) -> list[subproc
     return outs
 
 
-def test_two_nodes_of_one_rank_each_train_what_one_process_trains(one_process, tmp_path):
+def test_two_nodes_of_one_rank_each_train_what_one_process_trains(tmp_path):
+    _run(1, tmp_path / "one", f"train.steps={STEPS}", *LEAN)
     d = tmp_path / "nodes"
-    _two_nodes(d, f"train.steps={STEPS}")
+    _two_nodes(d, f"train.steps={STEPS}", *LEAN)
     rows = _rows(d)
     assert [r["step"] for r in rows] == list(range(STEPS + 1))  # rank 0 alone wrote, each step once
-    assert_same_run(one_process, rows, range(STEPS + 1))
+    assert_same_run(_rows(tmp_path / "one"), rows, range(STEPS + 1))
     summary = json.loads((d / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["world_size"] == 2
     assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]
     assert (d / "train.log").read_text().count("[done]") == 1  # one console: node 1's rank is not a rank 0
 
 
-def test_kill_9_of_two_ranks_then_rerun_resumes(ddp_run, tmp_path):
-    d = tmp_path / "killed"
-    proc = subprocess.Popen(_cmd(2, d, f"train.steps={STEPS}"), env=_env(), stdout=subprocess.DEVNULL,
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from /proc (torchrun starts each rank in a session of its own, so a
+    signal to the agent's process group never reaches the ranks)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
+        except OSError:  # the process ended while being read
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_kill_9_of_two_ranks_then_rerun_resumes_and_trains_what_one_process_trains(tmp_path):
+    """DDP with full fine-tuning: torchrun and both ranks killed with kill -9 after step 3 is logged, then the
+    same command again: it resumes from a checkpoint before the last step, and the run equals one process's
+    uninterrupted run."""
+    _run(1, tmp_path / "one", f"train.steps={STEPS}", *FULL)
+    d = tmp_path / "ddp" / "run"
+    proc = subprocess.Popen(_cmd(2, d, f"train.steps={STEPS}", *FULL), env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
-        while time.time() < deadline:  # wait until step 3 is logged: step_2 is checkpointed, step_4 not yet
+        while time.time() < deadline:  # wait until step 3 is logged: step_2 is checkpointed, step_6 not yet
             m = d / "metrics.jsonl"
             if m.exists() and any(json.loads(line)["step"] >= 3 for line in m.read_text().splitlines() if line.strip()):
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks, no cleanup
+            time.sleep(0.01)
+        below = _descendants(proc.pid)
+        for pid in [proc.pid] + below:  # torchrun and both ranks (and anything they started), no cleanup
+            os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    assert len(below) >= 2, below  # the two ranks were found (and killed)
+    deadline = time.time() + 30
+    while not all(_gone(p) for p in below):
+        assert time.time() < deadline, [p for p in below if not _gone(p)]
+        time.sleep(0.05)
     done = json.loads((d / "summary.json").read_text())["status"] if (d / "summary.json").exists() else "running"
-    assert done == "running"  # killed mid-run
-    out = _run(2, d, f"train.steps={STEPS}")
-    assert "[resume] from" in out.stdout + out.stderr
-    rows = _rows(d)
+    assert done == "running" and "[done]" not in (d / "train.log").read_text()  # killed mid-run
+    out = _run(2, d, f"train.steps={STEPS}", *FULL)
+    assert re.search(r"\[resume\] from \S+/ckpt/step_[24] ", out.stdout + out.stderr)  # not the last step's
+    one, rows = _rows(tmp_path / "one"), _rows(d)
     assert [r["step"] for r in rows] == list(range(STEPS + 1))  # each step once after the resume
-    assert_same_run(_rows(ddp_run[0]), rows, range(STEPS + 1))  # = the run that was never killed
+    assert one[1]["actor/grad_norm"] > 0
+    assert_same_run(one, rows, range(STEPS + 1))
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["world_size"] == 2
+    # rank 0 alone writes: each step's line once after the resume's, no other rank's run dir left behind
+    log = (d / "train.log").read_text()
+    assert log.count(f"[step {STEPS}/{STEPS}]") == 1 and log.count("[done]") == 1
+    assert sorted(p.name for p in d.parent.iterdir()) == ["run"]
+    assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]  # keep_last 2
 
 
 def test_torchrun_with_multirun_is_refused(tmp_path):
