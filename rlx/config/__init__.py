@@ -3,10 +3,12 @@ composition, named by OmegaConf), and the key listing `--help` prints (`python -
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
 
 from rlx.algo.config import AlgoConfig
 from rlx.envs.config import EnvConfig
@@ -44,13 +46,14 @@ class RLXConfig:
 FREE_FORM = {"paper", "report"}  # top-level keys whose contents the schema does not describe
 
 
+@functools.cache
+def _root_schema():  # built once (~0.05 s) and read-only: preflight walks it at every check
+    return OmegaConf.structured(RLXConfig, flags={"readonly": True})
+
+
 def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
     """Keys in `cfg` the schema does not have (Hydra's `+key=value` bypasses it): stored and silently ignored."""
-    from dataclasses import is_dataclass
-
-    from omegaconf import DictConfig, OmegaConf
-
-    schema = OmegaConf.structured(RLXConfig) if schema is None else schema
+    schema = _root_schema() if schema is None else schema
     out = []
     for key in cfg.keys():
         if not prefix and key in FREE_FORM:
@@ -67,13 +70,11 @@ def unknown_keys(cfg, schema=None, prefix: str = "") -> list[str]:
 
 def describe_keys(cls=None, prefix: str = "") -> list[tuple[str, object, str]]:
     """(key, default, the field's metadata["help"]) for every key of the schema (`python -m rlx.config`)."""
-    import dataclasses
-
     cls = RLXConfig if cls is None else cls
     rows = []
-    for f in dataclasses.fields(cls):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
+    for f in fields(cls):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if is_dataclass(default):
             rows += describe_keys(type(default), f"{prefix}{f.name}.")
         else:
             rows.append((f"{prefix}{f.name}", default, f.metadata.get("help", "")))
@@ -97,8 +98,6 @@ def _rank0_only(value, other=None):
 
 
 def register_configs() -> None:
-    from omegaconf import OmegaConf
-
     node = OmegaConf.structured(RLXConfig)
     # reward weights are a free dict: `task.rewards={correct: 1.0, format: 0.5}` may add names on the
     # command line (Hydra makes the whole config struct, which would refuse any new key there); the node
