@@ -152,6 +152,7 @@ def test_every_numeric_field_refuses_nan_inf_and_out_of_range(tmp_path, monkeypa
     from rlx.config.limits import range_of
 
     cfg, fields = _numeric_fields()
+    pristine = copy.deepcopy(cfg)
     unbounded = set()
     for n, (key, value) in enumerate(fields):
         integer = isinstance(value, int)
@@ -162,13 +163,16 @@ def test_every_numeric_field_refuses_nan_inf_and_out_of_range(tmp_path, monkeypa
         else:
             bad.append(out)
         for v in bad:
-            c = copy.deepcopy(cfg)
             if integer and isinstance(v, float):  # an int field cannot even hold NaN / inf: refused on assignment
                 with pytest.raises(ValidationError, match=key.split(".")[-1]):
-                    OmegaConf.update(c, key, v, merge=False)
+                    OmegaConf.update(cfg, key, v, merge=False)
                 continue
-            OmegaConf.update(c, key, v, merge=False)
-            _refused_before_any_model(tmp_path / f"{n}-{v}", monkeypatch, c, key)
+            OmegaConf.update(cfg, key, v, merge=False)  # one bad field at a time, set back after its refusal
+            try:
+                _refused_before_any_model(tmp_path / f"{n}-{v}", monkeypatch, cfg, key)
+            finally:
+                OmegaConf.update(cfg, key, value, merge=False)
+    assert cfg == pristine  # each refusal saw the good config but its one field
     assert unbounded == UNBOUNDED  # a field that takes any finite number must be named here on purpose
 
 
