@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +14,7 @@ from rlx.tasks.tripwires import (
     UNSTATED, TripwireMonitor, cross_prompt_agreement, flags, joined_numbers, moving_means, prompt_copy_base_rate,
     prompt_numbers, run_maxima, tripwire_metrics, watched,
 )
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, run_tiny
 
 GRACE = Example("g", "Grace has 18 shells. She loses 2 shells. How many shells does Grace have now?", "16")
 HALF = Example("h", "What is 1 divided by 2?", "\\frac{1}{2}")
@@ -294,13 +292,12 @@ WORDS = ["task=wordproblems", "model.max_position_embeddings=384", "rollout.max_
 
 
 @pytest.mark.integration
-def test_a_reward_that_pays_for_no_answer_raises_the_warning(tmp_path):
+def test_a_reward_that_pays_for_no_answer_raises_the_warning(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "rlx.train", *TINY, *WORDS, "train.steps=5", "train.eval_every=100",
-                    "train.ckpt_every=100", "logger.completions_every=1", "logger.completions_rows=16",
-                    "task.rewards={tests.tasks.reward_fns_tripwire.no_answer:1.0}", f"hydra.run.dir={run_dir}"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
-    log = (run_dir / "train.log").read_text()
+    run_tiny(run_dir, [*WORDS, "train.steps=5", "train.eval_every=100", "train.ckpt_every=100",
+                       "logger.completions_every=1", "logger.completions_rows=16",
+                       "task.rewards={tests.tasks.reward_fns_tripwire.no_answer:1.0}"])
+    log = capsys.readouterr().out  # the run's log lines (train.log under the CLI: tests/run/test_console.py)
     warnings = [ln for ln in log.splitlines() if "[warn] step" in ln and "hack/unstated" in ln]
     assert len(warnings) == 1, log  # once per crossing
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
