@@ -85,7 +85,14 @@ def _shared_cache(tmp_path_factory):
     cache.mkdir(exist_ok=True)
     os.environ.setdefault("RLX_CACHE", str(cache))
     os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    # the xdist workers share the cores: each takes its share for its own tensors and the processes it starts.
+    # Two workers of 2 OpenMP threads on 2 cores oversubscribe them, and in-process vLLM engines waited in
+    # OpenMP's barriers: a conformance test took 17 s in the suite against 0.5 s alone (docs/README.md, Tests)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     yield
 
 
