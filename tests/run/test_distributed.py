@@ -1,7 +1,7 @@
 """Data parallelism under torchrun (gloo on CPU): 2 ranks train what 1 process trains on the same global
-batch (two nodes with the shared-prefix forward; DDP with full fine-tuning, killed with kill -9 and resumed),
-rank 0 alone writes (FSDP2, a rank that raises and the resume after it: the resume matrix,
-tests/run/test_resume_matrix.py).
+batch, and rank 0 alone writes: two nodes with AQN, a NExt jump, the no-positive-resampling curriculum, stale data
+and the shared-prefix forward; DDP with full fine-tuning, killed with kill -9 and resumed; one vLLM engine per
+rank. (FSDP2, a rank that raises and the resume after it: the resume matrix, tests/run/test_resume_matrix.py.)
 
 Each test launches real processes (`torchrun --nproc_per_node=2 -m rlx.train ...`), one thread each; the
 one-process references run in the test's own process."""
@@ -83,9 +83,18 @@ def assert_same_run(one: list[dict], two: list[dict], steps, rel: float = 1e-5) 
                 assert abs(u - v) <= rel * max(abs(u), abs(v)) + 1e-8, (a["step"], k, u, v)
 
 
-# the shared-prefix forward (prompt rows packed once per group, micro-batches by token budget) on both nodes:
-# the ranks deal those micro-batches as they deal plain ones
-LEAN = ["algo.shared_prefix=true", "algo.micro_batch_tokens=200"]
+# AQN noise (sampling policy), a NExt jump, ScaleRL's no-positive-resampling curriculum, stale off-policy data and
+# the shared-prefix forward (each group's prompt once): every rank must apply the same noise, take the same jump,
+# retire the same prompts and deal the same micro-batches (or the weights, checked at every checkpoint, and the
+# batches would differ)
+# The old full-width split: with the lean defaults (length bins, chunked head) the two runs' update
+# agrees to float noise as before, but NExt's predictor (trained 20 epochs on those records) turned
+# that noise into a 1.6e-4 relative gap in extrap/predictor_loss at step 3 (open, see docs/lean.md)
+FEATURES = ["algo.micro_batch_tokens=0", "algo.logprob_chunk=0", "noise=aqn", "noise.stages=2", "extrapolation=next",
+            "extrapolation.interval=1", "extrapolation.horizon=2", "extrapolation.extend_at=[3]",
+            "extrapolation.epochs=20", "algo.no_positive_resampling=true", "rollout.mode=stale",
+            "rollout.max_staleness=1", "algo.shared_prefix=true", "train.steps=5"]
+
 # full fine-tuning trains the head outside the DDP-wrapped decoder: its gradient is reduced by hand to what DDP
 # gives the others (without that it was summed loss_scale = 2 times: grad_norm 1.569 instead of 1.015 at step 1)
 FULL = ["model.finetune=full", "algo.lr=1e-4"]
@@ -116,15 +125,19 @@ def _two_nodes(run_dir: Path, *extra: str, timeout: float = 400) -> list[subproc
 
 
 def test_two_nodes_of_one_rank_each_train_what_one_process_trains(tmp_path):
-    _run(1, tmp_path / "one", f"train.steps={STEPS}", *LEAN)
+    _run(1, tmp_path / "one", *FEATURES)
     d = tmp_path / "nodes"
-    _two_nodes(d, f"train.steps={STEPS}", *LEAN)
-    rows = _rows(d)
-    assert [r["step"] for r in rows] == list(range(STEPS + 1))  # rank 0 alone wrote, each step once
-    assert_same_run(_rows(tmp_path / "one"), rows, range(STEPS + 1))
+    _two_nodes(d, *FEATURES)
+    one, rows = _rows(tmp_path / "one"), _rows(d)
+    assert any(k.startswith("noise/") for r in one for k in r) and any(k.startswith("extrap/") for r in one for k in r)
+    assert [r["step"] for r in rows] == list(range(6))  # rank 0 alone wrote, each step once
+    # a NExt jump at step 3 and two more AdamW steps carry the two-rank reduction's float noise on
+    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as FSDP's do
+    # (tests/run/test_resume_matrix.py)
+    assert_same_run(one, rows, range(6), rel=5e-5)
     summary = json.loads((d / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["world_size"] == 2
-    assert sorted(p.name for p in (d / "ckpt").iterdir()) == [f"step_{s}" for s in (4, 6)]
+    assert sorted(p.name for p in (d / "ckpt").iterdir()) == ["step_4", "step_5"]
     assert (d / "train.log").read_text().count("[done]") == 1  # one console: node 1's rank is not a rank 0
 
 
@@ -204,28 +217,6 @@ def test_torchrun_with_multirun_is_refused(tmp_path):
                           "rlx.train", "-m", "seed=0,1", f"hydra.sweep.dir={tmp_path}", *ARGS],
                          env=_env(), capture_output=True, text=True, timeout=200)
     assert out.returncode != 0 and "every rank would launch the whole sweep" in out.stdout + out.stderr
-
-
-# AQN noise (sampling policy), a NExt jump, ScaleRL's no-positive-resampling curriculum, stale off-policy data:
-# every rank must apply the same noise, take the same jump and retire the same prompts (or the weights,
-# checked at every checkpoint, and the batches would differ)
-# The old full-width split: with the lean defaults (length bins, chunked head) the two runs' update
-# agrees to float noise as before, but NExt's predictor (trained 20 epochs on those records) turned
-# that noise into a 1.6e-4 relative gap in extrap/predictor_loss at step 3 (open, see docs/lean.md)
-FEATURES = ["algo.micro_batch_tokens=0", "algo.logprob_chunk=0", "noise=aqn", "noise.stages=2", "extrapolation=next", "extrapolation.interval=1", "extrapolation.horizon=2",
-            "extrapolation.extend_at=[3]", "extrapolation.epochs=20", "algo.no_positive_resampling=true",
-            "rollout.mode=stale", "rollout.max_staleness=1", "train.steps=5"]
-
-
-def test_noise_jump_curriculum_and_stale_data_agree_across_ranks(tmp_path):
-    _run(1, tmp_path / "one", *FEATURES)
-    _run(2, tmp_path / "two", *FEATURES)
-    one, two = _rows(tmp_path / "one"), _rows(tmp_path / "two")
-    assert any(k.startswith("noise/") for r in one for k in r) and any(k.startswith("extrap/") for r in one for k in r)
-    # a NExt jump at step 3 and two more AdamW steps carry the two-rank reduction's float noise on
-    # (CI on an AVX2-only CPU saw 1.07e-5 relative in step 5's grad_norm), as FSDP's do
-    # (tests/run/test_resume_matrix.py)
-    assert_same_run(one, two, range(6), rel=5e-5)
 
 
 # the suite's vLLM model (head_dim 32: vLLM's CPU attention needs >= 32); one vLLM engine per rank
