@@ -39,6 +39,12 @@ TINY = [
 
 def pytest_configure(config):
     tiers.install()
+    # each xdist worker takes its share of the cores, set before the workers start so that every library in them
+    # (torch, vLLM's engines, numpy's BLAS) reads it at import. At 2 threads per worker on 2 cores they
+    # oversubscribed the cores: in-process vLLM engines waited in OpenMP's barriers (a conformance test took 17 s
+    # in the suite against 0.5 s alone; docs/README.md, Tests)
+    workers = getattr(config.option, "numprocesses", None) or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // int(workers))))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -85,14 +91,6 @@ def _shared_cache(tmp_path_factory):
     cache.mkdir(exist_ok=True)
     os.environ.setdefault("RLX_CACHE", str(cache))
     os.environ.setdefault("WANDB_SILENT", "true")
-    # the xdist workers share the cores: each takes its share for its own tensors and the processes it starts.
-    # Two workers of 2 OpenMP threads on 2 cores oversubscribe them, and in-process vLLM engines waited in
-    # OpenMP's barriers: a conformance test took 17 s in the suite against 0.5 s alone (docs/README.md, Tests)
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
-    import torch
-
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     yield
 
 
