@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rlx.rollout.server.pool import Server, ServerError, ServerPool, start_local, stop, wait_healthy
+from tests import procs
 from tests.conftest import compose, read_metrics, run_tiny
 
 HEAD_DIM_32 = ["model.hidden_size=64", "model.num_heads=2"]  # vLLM's CPU attention needs head_dim >= 32
@@ -103,7 +104,7 @@ def test_closing_the_pool_leaves_no_process_of_the_server_behind(tmp_path):
     pids = [s.proc.pid, int(child.read_text())]
     ServerPool([s]).close()
     time.sleep(0.5)
-    assert [_alive(pid) for pid in pids] == [False, False]
+    assert [procs.alive(pid) for pid in pids] == [False, False]
 
 
 def test_placement_entries_become_cores_gpus_and_tensor_parallel():
@@ -129,18 +130,6 @@ def _cpus_allowed(pid: int) -> str:
     raise AssertionError(f"no Cpus_allowed_list for {pid}")
 
 
-def _group(pgid: int) -> list[int]:
-    """The live processes of process group `pgid` (a local server's watchdog leads its group)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
-                pids.append(int(d.name))
-        except (OSError, IndexError):
-            continue
-    return pids
-
-
 @pytest.mark.integration
 def test_a_placed_server_and_the_processes_it_starts_run_on_its_cores_only(tmp_path):
     from rlx.rollout.server.placement import server_env
@@ -157,20 +146,11 @@ def test_a_placed_server_and_the_processes_it_starts_run_on_its_cores_only(tmp_p
             if child.exists() and child.read_text():
                 break
             time.sleep(0.1)
-        group = _group(s.proc.pid)
+        group = procs.group(s.proc.pid)
         assert len(group) == 3 and int(child.read_text()) in group  # watchdog, server, the server's worker
         assert {_cpus_allowed(pid) for pid in group} == {str(core)}
     finally:
         stop(s)
-
-
-def _alive(pid: int) -> bool:
-    """Running (a killed grandchild may linger as a zombie where nothing reaps it: that is not alive)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 class _Fake(BaseHTTPRequestHandler):
@@ -471,12 +451,12 @@ def test_a_local_server_killed_mid_request_is_restarted_and_the_requests_in_flig
     call.start()
     deadline = time.monotonic() + 30
     while server.in_flight == 0:  # the call has taken the server: its requests are being sent / served
-        assert time.monotonic() < deadline and call.is_alive()
+        assert time.monotonic() < deadline and call.isalive()
         time.sleep(0.002)
     os.killpg(server.proc.pid, signal.SIGKILL)
-    assert call.is_alive()  # the call had not returned when its server died
+    assert call.isalive()  # the call had not returned when its server died
     call.join(timeout=900)
-    assert not call.is_alive() and "batch" in got
+    assert not call.isalive() and "batch" in got
     assert server.restarts == restarts + 1 and server.healthy()  # one restart, whichever request saw it first
     after = got["batch"]
     assert torch.equal(before.completion_ids, after.completion_ids) and before.texts == after.texts
@@ -543,7 +523,7 @@ def test_a_local_server_listens_on_loopback_only_on_its_cores_and_refuses_reques
     server = engine.pool.servers[0]
     assert _listening_addresses(urlparse(server.url).port) == {"0100007F"}  # 127.0.0.1, no wildcard
     # placed on this process's last core (tests/rollout/conftest.py): vLLM's API server and engine core too
-    group = _group(server.proc.pid)
+    group = procs.group(server.proc.pid)
     assert len(group) >= 3 and {_cpus_allowed(pid) for pid in group} == {str(max(os.sched_getaffinity(0)))}
     body = {"model": engine.current, "prompt": [1, 2, 3], "max_tokens": 1}
     for key in (None, "not-the-run-key"):
@@ -583,13 +563,13 @@ def test_a_trainer_killed_with_kill_9_leaves_no_server_behind(tmp_path):
                 break
             time.sleep(0.1)
         server = int(pid_file.read_text())
-        assert _alive(server)
+        assert procs.alive(server)
         trainer.send_signal(signal.SIGKILL)
         trainer.wait(timeout=30)
         for _ in range(100):
-            if not _alive(server):
+            if not procs.alive(server):
                 break
             time.sleep(0.1)
-        assert not _alive(server)  # gone within ~10 s of the trainer
+        assert not procs.alive(server)  # gone within ~10 s of the trainer
     finally:
         trainer.kill()

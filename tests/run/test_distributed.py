@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rlx.train import TIMING_PREFIXES
+from tests import procs
 
 pytestmark = pytest.mark.integration
 
@@ -141,32 +142,6 @@ def test_two_nodes_of_one_rank_each_train_what_one_process_trains(tmp_path):
     assert (d / "train.log").read_text().count("[done]") == 1  # one console: node 1's rank is not a rank 0
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, from /proc (torchrun starts each rank in a session of its own, so a
-    signal to the agent's process group never reaches the ranks)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
-        except OSError:  # the process ended while being read
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo += children.get(p, [])
-    return found
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def test_kill_9_of_two_ranks_then_rerun_resumes_and_trains_what_one_process_trains(tmp_path):
     """DDP with full fine-tuning: torchrun and both ranks killed with kill -9 after step 3 is logged, then the
     same command again: it resumes from a checkpoint before the last step, and the run equals one process's
@@ -183,7 +158,7 @@ def test_kill_9_of_two_ranks_then_rerun_resumes_and_trains_what_one_process_trai
                 break
             assert proc.poll() is None, "the run ended before it could be killed"
             time.sleep(0.01)
-        below = _descendants(proc.pid)
+        below = procs.descendants(proc.pid)
         for pid in [proc.pid] + below:  # torchrun and both ranks (and anything they started), no cleanup
             os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -192,8 +167,8 @@ def test_kill_9_of_two_ranks_then_rerun_resumes_and_trains_what_one_process_trai
             os.killpg(proc.pid, signal.SIGKILL)
     assert len(below) >= 2, below  # the two ranks were found (and killed)
     deadline = time.time() + 30
-    while not all(_gone(p) for p in below):
-        assert time.time() < deadline, [p for p in below if not _gone(p)]
+    while any(procs.alive(p) for p in below):
+        assert time.time() < deadline, [p for p in below if procs.alive(p)]
         time.sleep(0.05)
     done = json.loads((d / "summary.json").read_text())["status"] if (d / "summary.json").exists() else "running"
     assert done == "running" and "[done]" not in (d / "train.log").read_text()  # killed mid-run
