@@ -41,8 +41,7 @@ def pytest_configure(config):
     tiers.install()
     # each xdist worker takes its share of the cores, set before the workers start so that every library in them
     # (torch, vLLM's engines, numpy's BLAS) reads it at import. At 2 threads per worker on 2 cores they
-    # oversubscribed the cores: in-process vLLM engines waited in OpenMP's barriers (a conformance test took 17 s
-    # in the suite against 0.5 s alone; docs/README.md, Tests)
+    # oversubscribed the cores, and in-process vLLM engines waited in OpenMP's barriers (docs/README.md, Tests)
     workers = getattr(config.option, "numprocesses", None) or 1
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // int(workers))))
 

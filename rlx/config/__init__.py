@@ -47,7 +47,7 @@ FREE_FORM = {"paper", "report"}  # top-level keys whose contents the schema does
 
 
 @functools.cache
-def _root_schema():  # built once (~0.05 s) and read-only: preflight walks it at every check
+def _root_schema():  # built once and read-only: preflight walks it at every check, each run and each test
     return OmegaConf.structured(RLXConfig, flags={"readonly": True})
 
 
