@@ -451,12 +451,12 @@ def test_a_local_server_killed_mid_request_is_restarted_and_the_requests_in_flig
     call.start()
     deadline = time.monotonic() + 30
     while server.in_flight == 0:  # the call has taken the server: its requests are being sent / served
-        assert time.monotonic() < deadline and call.isalive()
+        assert time.monotonic() < deadline and call.is_alive()
         time.sleep(0.002)
     os.killpg(server.proc.pid, signal.SIGKILL)
-    assert call.isalive()  # the call had not returned when its server died
+    assert call.is_alive()  # the call had not returned when its server died
     call.join(timeout=900)
-    assert not call.isalive() and "batch" in got
+    assert not call.is_alive() and "batch" in got
     assert server.restarts == restarts + 1 and server.healthy()  # one restart, whichever request saw it first
     after = got["batch"]
     assert torch.equal(before.completion_ids, after.completion_ids) and before.texts == after.texts
